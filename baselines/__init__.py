@@ -1,0 +1,1 @@
+"""baselines: the contestants, one readable recipe per method (see bench.registry)."""

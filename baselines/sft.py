@@ -1,0 +1,53 @@
+"""Warm start: supervised fine-tuning (TRL SFTTrainer) on worked solutions, shared by every method.
+
+The tiny random-init model cannot answer anything, and RL from zero reward learns nothing; a short SFT
+gives it a non-zero starting accuracy. The checkpoint saved here is the one every method starts from.
+With ``warm_start.enabled: false`` (instruct models) the initial model is saved unchanged.
+"""
+
+from __future__ import annotations
+
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+
+from baselines.common import curves_from_log_history, matched_training_args, run_trainer
+from bench.context import RunContext, TrainOutcome
+from bench.data import tokenizer_corpus
+from bench.models import initial_model_source, load_causal_lm, load_tokenizer
+from bench.tasks import format_target
+
+LABEL = "Warm start (SFT, TRL)"
+ENGINE = "trl"
+
+
+def train(ctx: RunContext) -> TrainOutcome:
+    """SFT the initial model on (prompt, worked solution) pairs; save it to RUN_DIR/model."""
+    spec, ws = ctx.spec, ctx.spec.warm_start
+    corpus = tokenizer_corpus(spec) if spec.model.source == "tiny" else []
+    source = initial_model_source(spec, corpus)
+    tokenizer = load_tokenizer(source)
+    policy = load_causal_lm(source, spec.model, ctx.device)
+    save_dir = ctx.run_dir / "model"
+    log_history: list[dict] = []
+    steps = 0
+    if ws.enabled:
+        rows = [{"prompt": r["prompt"], "completion": format_target(r["solution"])} for r in ctx.train_rows]
+        args = matched_training_args(spec, ctx, max_steps=ws.steps, learning_rate=ws.learning_rate,
+                                     batch_size=ws.batch_size, lr_scheduler="constant")
+        args.update(logging_steps=max(1, ws.steps // 20), max_length=256, packing=False)
+        trainer = SFTTrainer(model=policy, args=SFTConfig(**args), train_dataset=Dataset.from_list(rows),
+                             processing_class=tokenizer)
+        run_trainer(ctx, trainer, ws.steps)
+        policy = trainer.model
+        steps = trainer.state.global_step
+        log_history = curves_from_log_history(trainer.state.log_history,
+                                              {"loss": "loss", "learning_rate": "learning_rate",
+                                               "mean_token_accuracy": "token_accuracy"})
+    policy.save_pretrained(save_dir)
+    tokenizer.save_pretrained(save_dir)
+    return TrainOutcome(
+        policy=policy, tokenizer=tokenizer, networks={"actor": policy}, log_history=log_history, steps=steps,
+        settings={"steps": ws.steps if ws.enabled else 0, "batch_size": ws.batch_size,
+                  "learning_rate": ws.learning_rate, "source": source},
+        save_dir=save_dir,
+    )

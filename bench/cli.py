@@ -1,0 +1,112 @@
+"""The `bench` command: run a preset, rebuild a report, score a file of completions, list presets."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench.errors import UserError
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    from bench.spec import preset_names, preset_summary
+
+    for name in preset_names():
+        print(f"{name:<16} {preset_summary(name)}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from bench.plan import describe_plan, make_plan
+    from bench.spec import load_spec
+
+    spec = load_spec(args.preset, args.overrides)
+    if args.dry_run:
+        print(describe_plan(spec, make_plan(spec)))
+        return 0
+    from bench.runner import default_out_dir, run_suite
+
+    reports_dir = Path(args.reports_dir)
+    if args.out:
+        suite_dir = Path(args.out)
+    elif args.resume:
+        latest = reports_dir / "latest"
+        if not latest.exists():
+            raise UserError(f"--resume without --out continues {latest}, which does not exist; pass --out FOLDER")
+        suite_dir = latest.resolve()
+    else:
+        suite_dir = default_out_dir(spec, reports_dir)
+    print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
+    print(f"writing to {suite_dir}", file=sys.stderr)
+    run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd())
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from bench.report import build_report
+
+    folder = Path(args.run_dir)
+    if not (folder / "suite.json").is_file():
+        raise UserError(f"'{folder}' is not a suite run folder (no suite.json); give a folder written by `bench run`, "
+                        f"e.g. reports/latest")
+    print(build_report(folder))
+    return 0
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from bench.score import run_score
+
+    return run_score(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bench", description="Matched PPO / DPO / GRPO benchmarks: memory, "
+                                     "throughput and GSM8K accuracy.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a preset and write its report",
+                         description="Run every stage and method of a preset, one subprocess each, then write the "
+                                     "report (index.html, summary.md, results.csv, figures/).")
+    run.add_argument("--preset", required=True, help="preset name (see `bench presets`) or a YAML file")
+    run.add_argument("--out", help="suite folder to write (default: REPORTS_DIR/<preset>-<time>)")
+    run.add_argument("--reports-dir", default="reports", help="where suite folders go (default: reports)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue --out (default: REPORTS_DIR/latest), skipping runs already complete")
+    run.add_argument("--dry-run", action="store_true", help="validate the spec and print the plan; run nothing")
+    run.add_argument("overrides", nargs="*", metavar="key.path=value", help="spec overrides, e.g. train.steps=200")
+    run.set_defaults(func=_cmd_run)
+
+    report = sub.add_parser("report", help="rebuild the report of a suite folder from its result files",
+                            description="Rebuild index.html, summary.md, results.csv and figures/ from result.json "
+                                        "files alone (no torch needed).")
+    report.add_argument("run_dir", metavar="RUN_DIR", help="suite folder, e.g. reports/latest")
+    report.set_defaults(func=_cmd_report)
+
+    score = sub.add_parser("score", help="score a JSONL of completions with the suite's verifier",
+                           description="Score completions against gold answers and print the accuracy.")
+    from bench.score import add_score_arguments
+
+    add_score_arguments(score)
+    score.set_defaults(func=_cmd_score)
+
+    presets = sub.add_parser("presets", help="list the shipped presets", description="List presets, one line each.")
+    presets.set_defaults(func=_cmd_presets)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `bench` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

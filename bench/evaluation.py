@@ -1,0 +1,84 @@
+"""Evaluation: greedy, batched (left padding) accuracy on the held-out split, strict and flexible.
+
+Every method is evaluated by this one function on the same questions in the same order with the same
+decoding, so per-question verdicts can be paired across methods (McNemar in the report).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from bench.stats import wilson_interval
+from bench.verifier import MODES, is_correct
+
+
+def score_summary(verdicts: list[bool]) -> dict[str, Any]:
+    """{'correct', 'total', 'accuracy', 'low', 'high'} with a 95% Wilson interval."""
+    correct, total = sum(verdicts), len(verdicts)
+    low, high = wilson_interval(correct, total)
+    return {"correct": correct, "total": total, "accuracy": correct / total if total else 0.0, "low": low, "high": high}
+
+
+def generate_greedy(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, batch_size: int,
+                    on_batch: Callable[[int, int], None] | None = None) -> tuple[list[str], list[int]]:
+    """Greedy completions for ``prompts``. Returns (texts, new-token counts up to and including EOS)."""
+    import torch
+
+    texts: list[str] = []
+    lengths: list[int] = []
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    tokenizer.padding_side = "left"
+    with torch.inference_mode():
+        for start in range(0, len(prompts), batch_size):
+            batch = prompts[start : start + batch_size]
+            enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            new = out[:, enc["input_ids"].shape[1] :]
+            for row in new.tolist():
+                n = len(row)
+                if tokenizer.eos_token_id in row:
+                    n = row.index(tokenizer.eos_token_id) + 1
+                lengths.append(n)
+                texts.append(tokenizer.decode(row[:n], skip_special_tokens=True))
+            if on_batch:
+                on_batch(min(start + batch_size, len(prompts)), len(prompts))
+    if was_training:
+        model.train()
+    return texts, lengths
+
+
+def evaluate(model: Any, tokenizer: Any, rows: list[dict[str, str]], max_new_tokens: int, batch_size: int,
+             samples_in_report: int = 5) -> dict[str, Any]:
+    """Accuracy of ``model`` on ``rows`` ({'prompt', 'answer', 'question'}).
+
+    Returns {'scores': {mode: SCORE}, 'verdicts': [{'index', 'correct_strict', 'correct_flexible'}],
+    'samples': [...], 'mean_length_tokens': float}.
+    """
+    completions, lengths = generate_greedy(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens, batch_size)
+    verdicts = []
+    by_mode: dict[str, list[bool]] = {mode: [] for mode in MODES}
+    for index, (row, text) in enumerate(zip(rows, completions)):
+        entry: dict[str, Any] = {"index": index}
+        for mode in MODES:
+            ok = is_correct(text, row["answer"], mode)
+            by_mode[mode].append(ok)
+            entry[f"correct_{mode}"] = ok
+        verdicts.append(entry)
+    samples = [
+        {"question": row["question"], "completion": text, "gold": row["answer"], "correct": v["correct_strict"]}
+        for row, text, v in list(zip(rows, completions, verdicts))[:samples_in_report]
+    ]
+    return {
+        "scores": {mode: score_summary(values) for mode, values in by_mode.items()},
+        "verdicts": verdicts,
+        "samples": samples,
+        "mean_length_tokens": sum(lengths) / len(lengths) if lengths else 0.0,
+    }

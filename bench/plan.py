@@ -1,0 +1,69 @@
+"""The plan: ordered runs with stable ids. Shared stages first, then one run per (method, seed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bench.registry import METHODS, STAGES, prerequisites
+from bench.spec import Spec
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One subprocess of the suite."""
+
+    run_id: str
+    """Stable id, also its folder name under runs/."""
+    name: str
+    """Registry name (stage or method)."""
+    kind: str
+    """'stage' or 'method'."""
+    seed: int
+    label: str
+    engine: str
+    needs: tuple[str, ...] = field(default_factory=tuple)
+    """Run ids that must have finished successfully first."""
+
+
+STAGE_NEEDS: dict[str, tuple[str, ...]] = {
+    "warm_start": (),
+    "sample_pool": ("warm_start",),
+    "reward_model": ("warm_start", "sample_pool"),
+}
+
+
+def make_plan(spec: Spec) -> list[PlannedRun]:
+    """Stages needed by any enabled method (in stage order), then methods x seeds."""
+    methods = spec.enabled_methods()
+    needed = {stage for m in methods for stage in prerequisites(spec, m)}
+    runs: list[PlannedRun] = []
+    stage_seed = spec.seeds[0]  # shared stages are built once: every method starts from the same checkpoint
+    for stage, info in STAGES.items():
+        if stage in needed:
+            needs = STAGE_NEEDS[stage]
+            runs.append(PlannedRun(stage, stage, "stage", stage_seed, info.label, info.engine, needs))
+    for seed in spec.seeds:
+        for method in methods:
+            info = METHODS[method]
+            runs.append(PlannedRun(f"{method}-s{seed}", method, "method", seed, info.label, info.engine,
+                                   tuple(prerequisites(spec, method))))
+    return runs
+
+
+def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
+    """Human-readable plan (what --dry-run prints)."""
+    t = spec.train
+    lines = [
+        f"preset {spec.name}: {spec.description}",
+        f"model: {spec.model.source} {spec.model.name_or_path or ''}".rstrip(),
+        f"task: {spec.task.source} {spec.task.path or ''}; {spec.task.train_size} train prompts, "
+        f"{spec.task.test_size} test questions".replace("  ", " "),
+        f"matched budget: {t.steps} steps x {t.prompts_per_step} prompts x G={t.group_size} = "
+        f"{spec.completions_per_step} completions/step, {spec.generation.max_new_tokens} new tokens, "
+        f"temperature {spec.generation.temperature}, lr {t.learning_rate}",
+        f"{len(runs)} runs:",
+    ]
+    for i, run in enumerate(runs, 1):
+        after = f" (after {', '.join(run.needs)})" if run.needs else ""
+        lines.append(f"  {i:2d}. {run.run_id:<20} {run.label}{after}")
+    return "\n".join(lines)

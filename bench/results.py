@@ -1,0 +1,151 @@
+"""Result files: the one contract between the runs and the report.
+
+Every run (a shared stage or a method) writes ``RUN_DIR/result.json`` atomically. The report reads
+nothing else, so this docstring is the schema. All memory numbers are bytes, all times seconds.
+
+```
+{
+  "schema_version": 1,
+  "run_id": "grpo-s0",                 # stable id, also the run folder name
+  "kind": "method" | "stage",          # stages: warm_start, sample_pool, reward_model
+  "method": "grpo",                    # registry key (recipe name)
+  "label": "GRPO (TRL)",               # human name shown in the report
+  "engine": "trl" | "suite",           # which trainer implementation ran it
+  "seed": 0,
+  "status": "ok" | "failed" | "not_run",
+  "error": null | {"type": "OutOfMemoryError", "message": "...", "memory_at_failure": "..."},
+  "started_at": "ISO-8601", "finished_at": "ISO-8601",
+  "accuracy": {                        # evaluation on the held-out split (greedy)
+    "n_questions": 1000,
+    "before": {"strict": SCORE, "flexible": SCORE} | null,
+    "after":  {"strict": SCORE, "flexible": SCORE} | null
+  },                                   # SCORE = {"correct": int, "total": int, "accuracy": float,
+                                       #          "low": float, "high": float}  (95% Wilson interval)
+  "eval_file": "eval_after.jsonl" | null,  # per-question verdicts (same order for every method)
+  "samples": [{"question": str, "completion": str, "gold": str, "correct": bool}],  # a few, for the page
+  "memory": {
+    "peak_bytes": int | null,          # whole-run peak from `source`
+    "source": "cpu-rss" | "cuda-allocated" | "cuda-reserved" | "nvml-process" | "nvml-device",
+    "baseline_bytes": int | null,      # reading after model load, before training (same source)
+    "phases": {PHASE: {"peak_bytes": int | null, "source": str}},
+    "networks": {NET: {"params": int, "trainable_params": int, "weight_bytes": int,
+                       "grad_bytes": int, "optimizer_bytes": int}}   # NET: actor, critic, reward, reference
+  },
+  "throughput": {
+    "wall_s": float,                   # the whole worker, load + train + eval
+    "train_s": float,                  # the training loop only
+    "steps": int,
+    "completions": int, "generated_tokens": int, "trained_tokens": int | null,
+    "completions_per_s": float | null, "tokens_per_s": float | null,   # generated tokens per train second
+    "trained_tokens_per_s": float | null,
+    "step_s_median": float | null, "step_s_p90": float | null
+  },
+  "phases": {PHASE: {"time_s": float, "count": int}},   # PHASE: generation, reward, reference, critic,
+                                                        # update, evaluation, other
+  "curves": [{"step": int, METRIC: float, ...}],        # stable metric names, see METRIC_NAMES
+  "metrics": {str: float | int | str},                  # method-specific scalars (e.g. reward-model pair acc)
+  "settings": {str: value},                             # method-specific settings ("what differs" table)
+  "environment": {...},                                 # see bench.telemetry.environment
+  "spec": {...}                                         # the fully resolved spec
+}
+```
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RESULT_FILE = "result.json"
+
+PHASES = ("generation", "reward", "reference", "critic", "update", "evaluation", "other")
+"""Phase names, in the order the report stacks them."""
+
+METRIC_NAMES = {
+    "reward": "mean total reward of the step's completions",
+    "reward_std": "standard deviation of the step's rewards",
+    "accuracy_reward": "mean accuracy reward (1 if the answer is right)",
+    "format_reward": "mean format reward",
+    "kl": "mean KL(policy || reference) per token",
+    "loss": "training loss",
+    "completion_length": "mean completion length in tokens",
+    "learning_rate": "learning rate",
+    "zero_std_groups": "share of groups whose G rewards were identical (no signal)",
+}
+"""Stable curve metric names shared by every method (others may appear too)."""
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON so that a reader never sees a half-written file (temp file, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=False, default=_json_default)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy / torch scalars
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def read_result(run_dir: Path) -> dict[str, Any] | None:
+    """The run's result, or None when it is missing, unreadable or of another schema version."""
+    path = Path(run_dir) / RESULT_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        return None
+    return data
+
+
+def is_complete(run_dir: Path) -> bool:
+    """True when the run finished successfully and its result can be reused by ``--resume``."""
+    data = read_result(run_dir)
+    return data is not None and data.get("status") == "ok"
+
+
+def empty_result(run_id: str, kind: str, method: str, label: str, engine: str, seed: int) -> dict[str, Any]:
+    """A result skeleton with every top-level key present, status ``not_run``."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "kind": kind,
+        "method": method,
+        "label": label,
+        "engine": engine,
+        "seed": seed,
+        "status": "not_run",
+        "error": None,
+        "started_at": None,
+        "finished_at": None,
+        "accuracy": {"n_questions": 0, "before": None, "after": None},
+        "eval_file": None,
+        "samples": [],
+        "memory": {"peak_bytes": None, "source": None, "baseline_bytes": None, "phases": {}, "networks": {}},
+        "throughput": {},
+        "phases": {},
+        "curves": [],
+        "metrics": {},
+        "settings": {},
+        "environment": {},
+        "spec": {},
+    }

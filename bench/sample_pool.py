@@ -1,0 +1,102 @@
+"""The shared sample pool: G completions per training prompt from the initial policy, labelled by the verifier.
+
+DPO trains on (correct, incorrect) pairs from it and the PPO reward model is trained on the same pairs,
+so the two offline consumers see exactly the same data (DESIGN.md §4).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.context import RunContext, TrainOutcome
+from bench.models import load_causal_lm, load_tokenizer
+from bench.verifier import is_correct
+
+LABEL = "Sample pool (verifier-labelled)"
+ENGINE = "suite"
+POOL_FILE = "pool.jsonl"
+
+
+def sample(model: Any, tokenizer: Any, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
+           top_p: float) -> tuple[list[list[str]], int]:
+    """``n`` sampled completions per prompt. Returns (completions per prompt, generated tokens)."""
+    device = next(model.parameters()).device
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    with torch.inference_mode():
+        out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                             max_new_tokens=max_new_tokens, num_return_sequences=n,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    new = out[:, enc["input_ids"].shape[1]:].tolist()
+    texts, tokens = [], 0
+    for row in new:
+        length = row.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in row else len(row)
+        tokens += length
+        texts.append(tokenizer.decode(row[:length], skip_special_tokens=True))
+    return [texts[i * n:(i + 1) * n] for i in range(len(prompts))], tokens
+
+
+def read_pool(path: Path) -> list[dict[str, Any]]:
+    """Pool entries: {'prompt', 'answer', 'question', 'completions': [str], 'correct': [bool]}."""
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def preference_pairs(pool: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """One (prompt, chosen = a correct completion, rejected = an incorrect one) pair per mixed prompt.
+
+    Prompts whose completions are all right or all wrong give no preference and are skipped.
+    """
+    pairs = []
+    for entry in pool:
+        right = [c for c, ok in zip(entry["completions"], entry["correct"]) if ok]
+        wrong = [c for c, ok in zip(entry["completions"], entry["correct"]) if not ok]
+        if right and wrong:
+            pairs.append({"prompt": entry["prompt"], "chosen": right[0], "rejected": wrong[0]})
+    return pairs
+
+
+def train(ctx: RunContext) -> TrainOutcome:
+    """Sample the pool with the matched generation settings and write RUN_DIR/pool.jsonl."""
+    spec, pool_spec, gen = ctx.spec, ctx.spec.sample_pool, ctx.spec.generation
+    tokenizer = load_tokenizer(ctx.init_model_dir)
+    policy = load_causal_lm(ctx.init_model_dir, spec.model, ctx.device).eval()
+    rows = ctx.train_rows[: pool_spec.prompts]
+    path = ctx.run_dir / POOL_FILE
+    n = pool_spec.samples_per_prompt
+    counts = {"completions": 0, "correct": 0, "mixed": 0, "all_right": 0, "all_wrong": 0, "tokens": 0}
+    with open(path, "w", encoding="utf-8") as handle:
+        for start in range(0, len(rows), pool_spec.batch_size):
+            batch = rows[start:start + pool_spec.batch_size]
+            ctx.telemetry.step_begin()
+            with ctx.telemetry.phase("generation"):
+                completions, tokens = sample(policy, tokenizer, [r["prompt"] for r in batch], n,
+                                             gen.max_new_tokens, gen.temperature, gen.top_p)
+            with ctx.telemetry.phase("reward"):
+                for row, texts in zip(batch, completions):
+                    correct = [is_correct(t, row["answer"], "strict") for t in texts]
+                    handle.write(json.dumps({"prompt": row["prompt"], "answer": row["answer"],
+                                             "question": row["question"], "completions": texts,
+                                             "correct": correct}) + "\n")
+                    counts["completions"] += n
+                    counts["correct"] += sum(correct)
+                    counts["mixed"] += 0 < sum(correct) < n
+                    counts["all_right"] += sum(correct) == n
+                    counts["all_wrong"] += sum(correct) == 0
+            counts["tokens"] += tokens
+            ctx.telemetry.step_end()
+            done = min(start + pool_spec.batch_size, len(rows))
+            ctx.progress(done, len(rows), {"accuracy": counts["correct"] / max(counts["completions"], 1)})
+    prompts = max(len(rows), 1)
+    return TrainOutcome(
+        policy=policy, tokenizer=tokenizer, networks={"actor": policy},
+        steps=0, completions=counts["completions"], generated_tokens=counts["tokens"],
+        settings={"prompts": len(rows), "samples_per_prompt": n},
+        metrics={"pool_accuracy": counts["correct"] / max(counts["completions"], 1),
+                 "pairs": counts["mixed"], "mixed_prompt_share": counts["mixed"] / prompts,
+                 "all_right_share": counts["all_right"] / prompts, "all_wrong_share": counts["all_wrong"] / prompts},
+        save_dir=path,
+    )
