@@ -1,0 +1,323 @@
+"""Figures (PNG) for the report, drawn with matplotlib's object API on an Agg canvas.
+
+No ``pyplot`` and no ``matplotlib.use``: figures are built as ``Figure`` objects attached to a
+``FigureCanvasAgg``, so building a report never changes the caller's backend or leaves figures open in a
+global registry (a notebook that calls ``build_report`` keeps its own plotting state).
+
+Every builder returns None when there is nothing to draw, so the page simply leaves that figure out.
+Memory readings are charted one source per chart: cpu-rss, cuda-allocated and nvml numbers measure
+different things and a shared axis would invite a false comparison.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from bench.report import fmt
+from bench.report.load import Run, Suite
+from bench.results import PHASES
+
+NETWORKS = ("actor", "critic", "reward", "reference")
+COMPONENTS = (("weight_bytes", "weights", ""), ("grad_bytes", "gradients", "//"), ("optimizer_bytes", "optimizer", ".."))
+CURVE_METRICS = ("reward", "kl", "accuracy_reward", "format_reward", "completion_length", "zero_std_groups")
+CURVE_LABELS = {
+    "reward": "mean reward", "kl": "KL(policy ‖ reference) per token", "accuracy_reward": "accuracy reward",
+    "format_reward": "format reward", "completion_length": "completion length (tokens)",
+    "zero_std_groups": "share of zero-std groups",
+}
+DPI = 110
+
+
+@dataclass
+class FigureInfo:
+    """A written figure: the file name under figures/ and the caption shown under it."""
+
+    name: str
+    caption: str
+
+
+def _new(width: float, height: float, ncols: int = 1, nrows: int = 1) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)  # attaches itself as fig.canvas; no global backend involved
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def _save(fig: Figure, out_dir: Path, name: str) -> str:
+    fig.savefig(out_dir / name, format="png")
+    return name
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "unknown"
+
+
+def accuracy_figure(suite: Suite, out_dir: Path, mode: str = "strict") -> FigureInfo | None:
+    """Accuracy before / after per method run with 95% Wilson intervals as error bars."""
+    runs = [r for r in suite.methods if fmt.score(r, "before", mode) or fmt.score(r, "after", mode)]
+    if not runs:
+        return None
+    names = fmt.display_names(suite.methods)
+    fig, axes = _new(max(6.5, 1.2 * len(runs) + 3), 4.2)
+    ax = axes[0][0]
+    width = 0.38
+    for offset, when, color in ((-width / 2, "before", "#9aa7b8"), (width / 2, "after", "#2f6db5")):
+        xs, heights, err_lo, err_hi = [], [], [], []
+        for i, run in enumerate(runs):
+            s = fmt.score(run, when, mode)
+            if s is None:
+                continue
+            xs.append(i + offset)
+            heights.append(100 * s["accuracy"])
+            # max(0, ...): at 0% or 100% the interval bound differs from the rate by float rounding only
+            err_lo.append(max(0.0, 100 * (s["accuracy"] - s["low"])) if s["low"] is not None else 0.0)
+            err_hi.append(max(0.0, 100 * (s["high"] - s["accuracy"])) if s["high"] is not None else 0.0)
+        if xs:
+            ax.bar(xs, heights, width, color=color, label=when,
+                   yerr=[err_lo, err_hi], capsize=3, error_kw={"elinewidth": 1})
+    ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
+    ax.set_ylabel(f"accuracy ({mode}, %)")
+    ax.set_ylim(0, 100)
+    for i, run in enumerate(runs):
+        if fmt.score(run, "after", mode) is None:
+            # A failed run keeps its 'before' bar; say why the 'after' bar is missing rather than leave a gap.
+            ax.text(i + width / 2, 1, fmt.status_text(run) if run.status != "ok" else "not evaluated",
+                    rotation=90, ha="center", va="bottom", fontsize=8, color="#a33")
+    ax.set_title(f"Accuracy before / after ({mode}), 95% Wilson intervals")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    name = _save(fig, out_dir, f"accuracy_{mode}.png")
+    return FigureInfo(name, f"Held-out accuracy ({mode} extraction) before and after training, 95% Wilson intervals.")
+
+
+def _measured(run: Run, source: str) -> dict[str, float | None]:
+    """Phase -> peak bytes for the readings of ``source`` (None = phase recorded but not measured)."""
+    memory = run.result.get("memory", {})
+    out: dict[str, float | None] = {}
+    phases = memory.get("phases") or {}
+    for phase in list(PHASES) + [p for p in phases if p not in PHASES]:
+        entry = phases.get(phase)
+        if isinstance(entry, dict) and entry.get("source") == source:
+            out[phase] = fmt.num(entry.get("peak_bytes"))
+    if memory.get("source") == source:
+        out["whole run"] = fmt.num(memory.get("peak_bytes"))
+    return out
+
+
+def _static(run: Run) -> dict[str, dict[str, float]]:
+    networks = run.result.get("memory", {}).get("networks") or {}
+    out = {}
+    for net in list(NETWORKS) + [n for n in networks if n not in NETWORKS]:
+        entry = networks.get(net)
+        if isinstance(entry, dict):
+            out[net] = {key: fmt.num(entry.get(key)) or 0.0 for key, _, _ in COMPONENTS}
+    return out
+
+
+def _draw_static(ax: Any, runs: list[Run], names: dict[str, str]) -> bool:
+    """Stacked weights / gradients / optimizer bytes per network and run. False when nothing to draw."""
+    data = {r.run_id: _static(r) for r in runs}
+    total_max = max((sum(sum(c.values()) for c in nets.values()) for nets in data.values()), default=0.0)
+    if total_max <= 0:
+        return False
+    unit, scale = fmt.byte_unit(total_max)
+    palette = {"actor": "#2f6db5", "critic": "#d9822b", "reward": "#3a9a5b", "reference": "#8e6bbf"}
+    extra_colors = iter(["#b5452f", "#6b7f8e", "#c2a12f"])
+    nets_seen: list[str] = []
+    for i, run in enumerate(runs):
+        bottom = 0.0
+        for net, comps in data[run.run_id].items():
+            if net not in palette:
+                palette[net] = next(extra_colors, "#777777")
+            if net not in nets_seen:
+                nets_seen.append(net)
+            for key, _, hatch in COMPONENTS:
+                value = comps[key] / scale
+                if value > 0:
+                    ax.bar(i, value, 0.6, bottom=bottom, color=palette[net], hatch=hatch, edgecolor="white")
+                    bottom += value
+    ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
+    ax.set_ylabel(f"static memory (accounting, {unit})")
+    ax.set_title("Static: weights + gradients + optimizer per network")
+    handles = [Patch(color=palette[n], label=n) for n in nets_seen]
+    handles += [Patch(facecolor="#cccccc", hatch=h, edgecolor="white", label=lbl) for _, lbl, h in COMPONENTS]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    return True
+
+
+def _draw_measured(ax: Any, runs: list[Run], names: dict[str, str], source: str) -> bool:
+    """Grouped bars: peak per phase and whole-run peak for one source. Unmeasured readings are labelled."""
+    data = {r.run_id: _measured(r, source) for r in runs}
+    phases = list(dict.fromkeys(p for d in data.values() for p in d))
+    values = [v for d in data.values() for v in d.values() if v is not None]
+    if not values:
+        return False
+    unit, scale = fmt.byte_unit(max(values))
+    width = 0.8 / max(1, len(phases))
+    colors = ["#2f6db5", "#d9822b", "#3a9a5b", "#8e6bbf", "#b5452f", "#6b7f8e", "#c2a12f", "#444444"]
+    for j, phase in enumerate(phases):
+        xs, hs = [], []
+        for i, run in enumerate(runs):
+            x = i - 0.4 + width * (j + 0.5)
+            if phase not in data[run.run_id]:
+                continue
+            v = data[run.run_id][phase]
+            if v is None:
+                # Say so on the chart: an empty slot would read as zero.
+                ax.text(x, 0, "not measured", rotation=90, ha="center", va="bottom", fontsize=7, color="#a33")
+                continue
+            xs.append(x)
+            hs.append(v / scale)
+        ax.bar(xs, hs, width, color=colors[j % len(colors)], label=phase)
+    ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
+    ax.set_ylabel(f"peak memory ({source}, {unit})")
+    ax.set_title(f"Measured peak per phase ({source})")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    return True
+
+
+def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
+    """One chart per measured memory source (static accounting beside it), plus a static-only chart for runs
+    that have network accounting but no measured reading."""
+    names = fmt.display_names(suite.methods)
+    runs = [r for r in suite.methods if r.result.get("memory")]
+    sources: dict[str, list[Run]] = {}
+    for run in runs:
+        for source in _run_sources(run):
+            sources.setdefault(source, []).append(run)
+    out = []
+    for source, members in sources.items():
+        has_static = any(_static(r) for r in members)
+        fig, axes = _new(max(11.0, 2.2 * len(members) + 6) if has_static else max(6.0, 1.3 * len(members) + 3),
+                         4.5, ncols=2 if has_static else 1)
+        drawn_static = _draw_static(axes[0][0], members, names) if has_static else False
+        if has_static and not drawn_static:
+            axes[0][0].set_visible(False)
+        if not _draw_measured(axes[0][-1], members, names, source):
+            continue  # every reading of this source was null: nothing honest to draw
+        fig.suptitle(f"Peak memory per method — measured source: {source}")
+        name = _save(fig, out_dir, f"memory_{_slug(source)}.png")
+        out.append(FigureInfo(name, f"Memory, source {source}: static accounting per network (left) and measured "
+                                    f"peak per phase (right, {source} only)." if drawn_static else
+                                    f"Measured peak memory per phase, source {source}."))
+    static_only = [r for r in runs if not _run_sources(r) and _static(r)]
+    if static_only:
+        fig, axes = _new(max(5.0, 1.3 * len(static_only) + 2), 4.5)
+        if _draw_static(axes[0][0], static_only, names):
+            name = _save(fig, out_dir, "memory_static.png")
+            out.append(FigureInfo(name, "Static memory accounting for runs without a measured reading."))
+    return out
+
+
+def _run_sources(run: Run) -> list[str]:
+    memory = run.result.get("memory", {})
+    found = [memory.get("source")] + [p.get("source") for p in (memory.get("phases") or {}).values()
+                                       if isinstance(p, dict)]
+    return list(dict.fromkeys(s for s in found if isinstance(s, str) and s))
+
+
+def throughput_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
+    """Completions/s and generated tokens/s per method run, side by side (different units, different axes)."""
+    names = fmt.display_names(suite.methods)
+    panels = [("completions_per_s", "completions / s"), ("tokens_per_s", "generated tokens / s")]
+    runs = [r for r in suite.methods if any(fmt.throughput(r, k) is not None for k, _ in panels)]
+    if not runs:
+        return None
+    fig, axes = _new(max(8.0, 2.0 * len(runs) + 3), 4.0, ncols=2)
+    for ax, (key, label) in zip(axes[0], panels):
+        xs = [i for i, r in enumerate(runs) if fmt.throughput(r, key) is not None]
+        ax.bar(xs, [fmt.throughput(runs[i], key) for i in xs], 0.6, color="#2f6db5")
+        for i, r in enumerate(runs):
+            if fmt.throughput(r, key) is None:
+                ax.text(i, 0, "not measured", rotation=90, ha="center", va="bottom", fontsize=7, color="#a33")
+        ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} (per training second)")
+        ax.grid(axis="y", alpha=0.3)
+    name = _save(fig, out_dir, "throughput.png")
+    return FigureInfo(name, "Generation throughput during training: completions and generated tokens per second.")
+
+
+def phases_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
+    """Stacked seconds per phase (generation, reward, reference, critic, update, ...) per method run."""
+    names = fmt.display_names(suite.methods)
+    data: dict[str, dict[str, float]] = {}
+    for run in suite.methods:
+        phases = run.result.get("phases") or {}
+        times = {p: fmt.num(v.get("time_s")) for p, v in phases.items() if isinstance(v, dict)}
+        times = {p: t for p, t in times.items() if t is not None and t > 0}
+        if times:
+            data[run.run_id] = times
+    if not data:
+        return None
+    runs = [r for r in suite.methods if r.run_id in data]
+    order = list(PHASES) + sorted({p for d in data.values() for p in d} - set(PHASES))
+    order = [p for p in order if any(p in d for d in data.values())]
+    colors = ["#2f6db5", "#3a9a5b", "#8e6bbf", "#d9822b", "#b5452f", "#6b7f8e", "#c2a12f", "#444444"]
+    fig, axes = _new(8.0, max(2.5, 0.55 * len(runs) + 1.5))
+    ax = axes[0][0]
+    for j, phase in enumerate(order):
+        lefts = [sum(data[r.run_id].get(p, 0.0) for p in order[:j]) for r in runs]
+        widths = [data[r.run_id].get(phase, 0.0) for r in runs]
+        ax.barh(range(len(runs)), widths, 0.6, left=lefts, color=colors[j % len(colors)], label=phase)
+    ax.set_yticks(range(len(runs)), [names[r.run_id] for r in runs])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title("Where the time goes: seconds per phase")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="x", alpha=0.3)
+    name = _save(fig, out_dir, "phases.png")
+    return FigureInfo(name, "Time per phase (seconds, stacked) for each method run.")
+
+
+def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
+    """Training curves against optimizer step: reward, KL (when logged) and other stable metrics present."""
+    names = fmt.display_names(suite.methods)
+    runs = [r for r in suite.methods if r.result.get("curves")]
+    present = [m for m in CURVE_METRICS
+               if any(isinstance(p, dict) and fmt.num(p.get(m)) is not None for r in runs for p in r.result["curves"])]
+    if not present:
+        return None
+    ncols = 2 if len(present) > 1 else 1
+    nrows = (len(present) + ncols - 1) // ncols
+    fig, axes = _new(5.0 * ncols + 1, 3.3 * nrows, ncols=ncols, nrows=nrows)
+    flat = [ax for row in axes for ax in row]
+    for ax, metric in zip(flat, present):
+        for run in runs:
+            pts = [(p.get("step"), p.get(metric)) for p in run.result["curves"] if isinstance(p, dict)]
+            pts = sorted((fmt.num(s), fmt.num(v)) for s, v in pts if fmt.num(s) is not None and fmt.num(v) is not None)
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 else None,
+                        label=names[run.run_id])
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(CURVE_LABELS.get(metric, metric))
+        ax.set_title(metric)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in flat[len(present):]:
+        ax.set_visible(False)
+    name = _save(fig, out_dir, "curves.png")
+    return FigureInfo(name, "Training curves against optimizer step (" + ", ".join(present) + ").")
+
+
+def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
+    """Draw every figure there is data for into ``out_dir``; returns them in page order."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures: list[FigureInfo | None] = [
+        accuracy_figure(suite, out_dir, "strict"),
+        accuracy_figure(suite, out_dir, "flexible"),
+        *memory_figures(suite, out_dir),
+        throughput_figure(suite, out_dir),
+        phases_figure(suite, out_dir),
+        curves_figure(suite, out_dir),
+    ]
+    return [f for f in figures if f is not None]

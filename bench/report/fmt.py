@@ -1,0 +1,144 @@
+"""Shared value extraction and formatting, so the CSV, Markdown and HTML never disagree.
+
+Rule: a value that was not measured is ``None`` here, an empty CSV cell, and "not measured" / "—" in text,
+never 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from bench.report.load import Run
+from bench.stats import wilson_interval
+
+MISSING = "—"
+NOT_MEASURED = "not measured"
+MIB = 1024**2
+GIB = 1024**3
+
+
+def num(value: Any) -> float | None:
+    """A finite number or None (bools, strings, NaN and inf are not measurements)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def score(run: Run, when: str, mode: str) -> dict[str, Any] | None:
+    """The ``accuracy[when][mode]`` score with ``accuracy``, ``low`` and ``high`` filled in, or None.
+
+    When a writer left out the interval but gave counts, the Wilson interval is computed here, so every
+    accuracy on the page has one.
+    """
+    block = run.result.get("accuracy", {}).get(when)
+    if not isinstance(block, dict) or not isinstance(block.get(mode), dict):
+        return None
+    raw = block[mode]
+    correct, total = num(raw.get("correct")), num(raw.get("total"))
+    acc = num(raw.get("accuracy"))
+    if acc is None and correct is not None and total:
+        acc = correct / total
+    if acc is None:
+        return None
+    low, high = num(raw.get("low")), num(raw.get("high"))
+    if (low is None or high is None) and correct is not None and total is not None and 0 <= correct <= total:
+        low, high = wilson_interval(int(correct), int(total))
+    return {"accuracy": acc, "low": low, "high": high, "correct": correct, "total": total}
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    return MISSING if value is None else f"{100 * value:.{digits}f}%"
+
+
+def score_text(s: dict[str, Any] | None) -> str:
+    """'41.0% [35.2–47.1]' (95% Wilson interval), or the dash."""
+    if s is None:
+        return MISSING
+    text = pct(s["accuracy"])
+    if s.get("low") is not None and s.get("high") is not None:
+        text += f" [{100 * s['low']:.1f}–{100 * s['high']:.1f}]"
+    return text
+
+
+def before_after_text(run: Run, mode: str) -> str:
+    return f"{score_text(score(run, 'before', mode))} → {score_text(score(run, 'after', mode))}"
+
+
+def byte_unit(max_bytes: float) -> tuple[str, float]:
+    """Pick MiB or GiB for a set of readings so a chart's numbers stay readable."""
+    return ("GiB", GIB) if max_bytes >= 4 * GIB else ("MiB", MIB)
+
+
+def bytes_text(value: Any, source: str | None = None) -> str:
+    """'1.23 GiB (cuda-allocated)'; a null reading prints 'not measured', never 0."""
+    b = num(value)
+    if b is None:
+        return NOT_MEASURED
+    unit, scale = byte_unit(b)
+    text = f"{b / scale:.2f} {unit}" if unit == "GiB" else f"{b / scale:.1f} {unit}"
+    return f"{text} ({source or 'source unknown'})"
+
+
+def peak_memory_text(run: Run) -> str:
+    memory = run.result.get("memory", {})
+    return bytes_text(memory.get("peak_bytes"), memory.get("source"))
+
+
+def float_text(value: Any, digits: int = 2, unit: str = "") -> str:
+    v = num(value)
+    if v is None:
+        return MISSING
+    return f"{v:,.{digits}f}{unit}"
+
+
+def throughput(run: Run, key: str) -> float | None:
+    return num(run.result.get("throughput", {}).get(key))
+
+
+def error_text(run: Run) -> str:
+    """'OutOfMemoryError: CUDA out of memory (memory at failure: 74.2 GiB)' or '' when no error."""
+    err = run.result.get("error")
+    if not err:
+        return ""
+    if not isinstance(err, dict):
+        return str(err)
+    text = f"{err.get('type') or 'Error'}: {err.get('message') or ''}".rstrip(": ")
+    if err.get("memory_at_failure"):
+        text += f" (memory at failure: {err['memory_at_failure']})"
+    return text
+
+
+def status_text(run: Run) -> str:
+    """'ok', 'failed', or the reason there is no result ('not run yet', 'result.json unreadable')."""
+    if run.note:
+        return run.note
+    return {"not_run": "not run"}.get(run.status, run.status)
+
+
+def display_names(runs: list[Run]) -> dict[str, str]:
+    """Run id -> a short name for charts: the label, plus the seed when a label has several seeds."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.label] = counts.get(r.label, 0) + 1
+    names = {}
+    for r in runs:
+        seed = r.result.get("seed")
+        names[r.run_id] = f"{r.label} s{seed}" if counts[r.label] > 1 and seed is not None else r.label
+        if counts[r.label] > 1 and seed is None:
+            names[r.run_id] = f"{r.label} ({r.run_id})"
+    return names
+
+
+def value_text(value: Any) -> str:
+    """A settings / metrics / environment value as compact text (nested values as JSON)."""
+    if value is None:
+        return MISSING
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)

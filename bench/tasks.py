@@ -1,0 +1,303 @@
+"""Task data: the synthetic GSM8K-format arithmetic task, GSM8K loading, prompt and target formatting.
+
+Every problem is ``{"question": str, "answer": str}`` in GSM8K's layout: the answer is a worked solution
+whose last line is ``#### N``. The synthetic generator writes the working tersely (``12+7=19``) because the
+`cpu-tiny` model has a ~380-token byte-level vocabulary and a 32-token generation budget: its target
+completion ``<think>12+7=19 19-5=14</think> <answer>14</answer>`` must stay under ~28 tokens.
+
+Pure Python: ``datasets`` (hub) and ``pyarrow`` (parquet) are imported lazily, only when those are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench.errors import UserError
+from bench.verifier import normalize_number
+
+PROMPT_TEMPLATE = "Question: {question}\nThink in <think></think>, answer in <answer></answer>.\n"
+"""The one prompt every method and every evaluation uses; ``{question}`` is the problem text."""
+
+# GSM8K marks calculator calls as "<<12+7=19>>"; they are tool annotations, not reasoning a model should copy.
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+_GOLD_LINE = re.compile(r"^\s*####\s*(.*?)\s*$", re.MULTILINE)
+
+# (name, pronoun): a few names so that the model must read the numbers, not memorise the story.
+_PEOPLE = (("Tom", "He"), ("Ann", "She"), ("Sam", "He"), ("Mia", "She"), ("Ben", "He"), ("Eva", "She"),
+           ("Leo", "He"), ("Zoe", "She"))
+_OBJECTS = ("apples", "pens", "cards", "books", "coins", "eggs", "toys", "cups")
+# Largest value a default problem reaches: every number has at most 3 digits (= 3 tokens for the tiny
+# tokenizer, which splits digits), so that two steps of working fit the completion budget. Raised to
+# 2*max_operand when max_operand is larger, so big operands still work.
+_MAX_VALUE = 999
+# Multiplication factors stay single-digit for the same reason.
+_MAX_FACTOR = 9
+
+
+def _sentence(op: str, amount: int, pronoun: str, rng: random.Random) -> str:
+    """One sentence of the story that applies ``op`` with ``amount`` to the running total."""
+    if op == "+":
+        verb = rng.choice(("buys {b} more.", "finds {b} more.", "gets {b} more."))
+    elif op == "-":
+        verb = rng.choice(("gives away {b}.", "loses {b}.", "sells {b}."))
+    else:
+        verb = "then has {b} times as many."
+    return f"{pronoun} " + verb.format(b=amount)
+
+
+def _one_problem(rng: random.Random, max_operand: int, max_steps: int) -> dict:
+    """One problem with 1..max_steps operations; every intermediate value is an integer in [0, limit]."""
+    limit = max(_MAX_VALUE, 2 * max_operand)
+    (name, pronoun), obj = rng.choice(_PEOPLE), rng.choice(_OBJECTS)
+    steps = rng.randint(1, max_steps)
+    lines: list[str] = []
+    # Opening: either a plain amount, or "k bags of b" (which is itself the first step, a multiplication).
+    if rng.random() < 0.2:
+        bags = rng.randint(2, _MAX_FACTOR)
+        each = rng.randint(1, min(max_operand, limit // bags))
+        total = bags * each
+        sentences = [f"{name} has {bags} bags of {each} {obj}."]
+        lines.append(f"{bags}*{each}={total}")
+        steps -= 1
+    else:
+        total = rng.randint(1, max_operand)
+        sentences = [f"{name} has {total} {obj}."]
+    for _ in range(steps):
+        choices = [op for op, ok in (("+", total < limit), ("-", total > 0), ("*", 0 < 2 * total <= limit)) if ok]
+        op = rng.choice(choices)
+        if op == "+":
+            amount = rng.randint(1, min(max_operand, limit - total))
+            new = total + amount
+        elif op == "-":
+            amount = rng.randint(1, min(max_operand, total))  # never below zero
+            new = total - amount
+        else:
+            amount = rng.randint(2, min(_MAX_FACTOR, limit // total))
+            new = total * amount
+        sentences.append(_sentence(op, amount, pronoun, rng))
+        lines.append(f"{total}{op}{amount}={new}")
+        total = new
+    question = " ".join(sentences) + f" How many {obj} does {name} have now?"
+    return {"question": question, "answer": "\n".join(lines + [f"#### {total}"])}
+
+
+def _problem_stream(seed: int | str, max_operand: int, max_steps: int) -> Iterator[dict]:
+    if max_operand < 1:
+        raise UserError(f"synthetic 'max_operand' must be >= 1, got {max_operand}")
+    if max_steps < 1:
+        raise UserError(f"synthetic 'max_steps' must be >= 1, got {max_steps}")
+    # random.Random seeded with an int or str is deterministic across runs and platforms (str seeds are
+    # hashed with SHA-512, not Python's randomised hash()).
+    rng = random.Random(seed)
+    while True:
+        yield _one_problem(rng, max_operand, max_steps)
+
+
+def generate_synthetic(n: int, seed: int, max_operand: int = 50, max_steps: int = 2) -> list[dict]:
+    """``n`` deterministic GSM8K-format arithmetic word problems (may contain repeats; see `synthetic_splits`).
+
+    Each is ``{"question", "answer"}``; the answer is terse working, one step a line, then ``#### N``:
+    ``"Tom has 12 apples. He buys 7 more. How many apples does Tom have now?"`` /
+    ``"12+7=19\\n#### 19"``. Operations are +, - and * (``k bags of b``, ``k times as many``); operands are
+    1..max_operand (factors 2..9), every value stays a non-negative integer <= 999. Same seed, same list.
+    """
+    if n < 0:
+        raise UserError(f"number of synthetic problems must be >= 0, got {n}")
+    stream = _problem_stream(seed, max_operand, max_steps)
+    return [next(stream) for _ in range(n)]
+
+
+def synthetic_splits(train_size: int, test_size: int, seed: int, max_operand: int,
+                     max_steps: int) -> tuple[list[dict], list[dict]]:
+    """Train and test problems with distinct question texts within and across the two splits.
+
+    The test split comes from its own seeded stream, so it does not change when ``train_size`` does (runs
+    with different training budgets are evaluated on the same questions). Raises UserError when the
+    settings cannot produce that many distinct questions.
+    """
+    if train_size < 0 or test_size < 0:
+        raise UserError(f"synthetic split sizes must be >= 0, got train {train_size}, test {test_size}")
+    seen: set[str] = set()
+
+    def take(stream: Iterator[dict], count: int, which: str) -> list[dict]:
+        out: list[dict] = []
+        # Give up after many consecutive repeats: the problem space is too small for the request.
+        misses, max_misses = 0, 10_000 + 20 * count
+        while len(out) < count:
+            problem = next(stream)
+            if problem["question"] in seen:
+                misses += 1
+                if misses > max_misses:
+                    raise UserError(
+                        f"synthetic task cannot make {count} distinct {which} questions with max_operand="
+                        f"{max_operand}, max_steps={max_steps} (got {len(out)}); raise them or lower the size")
+                continue
+            misses = 0
+            seen.add(problem["question"])
+            out.append(problem)
+        return out
+
+    test = take(_problem_stream(f"{seed}/test", max_operand, max_steps), test_size, "test")
+    train = take(_problem_stream(f"{seed}/train", max_operand, max_steps), train_size, "train")
+    return train, test
+
+
+def gold_number(answer: str) -> str:
+    """The canonical gold number of a GSM8K worked answer: what follows the last ``####``.
+
+    ``"... \\n#### 1,000"`` -> ``"1000"`` (canonicalised by `bench.verifier.normalize_number`). Raises
+    ValueError if there is no ``####`` line or it does not hold exactly one number.
+    """
+    matches = _GOLD_LINE.findall(answer) if isinstance(answer, str) else []
+    if not matches:
+        raise ValueError(f"answer has no '#### N' line: {str(answer)[-60:]!r}")
+    value = normalize_number(matches[-1])
+    if value is None:
+        raise ValueError(f"'#### {matches[-1]}' is not a number")
+    return value
+
+
+def format_prompt(question: str) -> str:
+    """The prompt for one question (`PROMPT_TEMPLATE` filled in)."""
+    return PROMPT_TEMPLATE.format(question=question.strip())
+
+
+def format_target(answer: str) -> str:
+    """The supervised warm-start completion for a worked answer: ``<think>WORKING</think> <answer>N</answer>``.
+
+    WORKING is the answer without its ``#### N`` line and without GSM8K's ``<<...>>`` calculator
+    annotations; N is `gold_number`. Raises ValueError like `gold_number`.
+    """
+    gold = gold_number(answer)
+    working = _GOLD_LINE.sub("", _CALCULATOR.sub("", answer)).strip()
+    return f"<think>{working}</think> <answer>{gold}</answer>"
+
+
+def to_rows(problems: list[dict]) -> list[dict]:
+    """Dataset rows for trainers and evaluation: ``prompt``, ``answer`` (canonical gold number), ``question``,
+    ``solution`` (the worked answer)."""
+    return [{"prompt": format_prompt(p["question"]), "answer": gold_number(p["answer"]),
+             "question": p["question"], "solution": p["answer"]} for p in problems]
+
+
+# --------------------------------------------------------------------------------------------- GSM8K loading
+
+_LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}: not valid JSON ({exc.msg}); give a JSON array or JSON Lines file"
+                            ) from None
+        return rows if isinstance(rows, list) else [rows]
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{number}: not a JSON line ({exc.msg}); each line must be one JSON object"
+                            ) from None
+    return rows
+
+
+def _read_parquet(path: Path) -> list[dict]:
+    try:
+        import pyarrow.parquet as pq  # lazy: only parquet users pay for it (installed with `datasets`)
+    except ImportError:
+        raise UserError(f"{path}: reading parquet needs pyarrow; install it or convert the file to .jsonl") from None
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise UserError(f"{path}: not a readable parquet file ({type(exc).__name__}); check or re-download it"
+                        ) from None
+
+
+def _split_files(folder: Path, split: str) -> list[Path]:
+    """Files in ``folder`` (or its ``main/`` subfolder, the hub repo's layout) holding ``split``."""
+    for where in (folder, folder / "main"):
+        for suffix in (".jsonl", ".parquet", ".json"):
+            exact = where / f"{split}{suffix}"
+            if exact.is_file():
+                return [exact]
+        # Sharded files: "test-00000-of-00001.parquet"; all shards, in name order.
+        shards = sorted(p for p in where.glob(f"{split}*") if p.is_file() and p.suffix in _LOCAL_SUFFIXES)
+        if shards:
+            return shards
+    return []
+
+
+def _load_hub(path: str, split: str) -> tuple[list[dict], str]:
+    try:
+        import datasets  # lazy: heavy, and only hub users need it
+    except ImportError:
+        raise UserError(f"loading '{path}' from the hub needs the 'datasets' package; install it or give a "
+                        "local .jsonl/.parquet file") from None
+    try:
+        ds = datasets.load_dataset(path, "main", split=split)
+    except Exception as exc:  # network, missing id, missing split: all the user's to fix
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"could not load hub dataset '{path}' (config 'main', split '{split}'): {message}; "
+                        "check the id and split, or give a local .jsonl/.parquet file or folder") from None
+    return [dict(row) for row in ds], f"{path}[{split}]"
+
+
+def load_gsm8k(path: str, split: str, limit: int | None = None) -> list[dict]:
+    """GSM8K-format problems ``[{"question", "answer"}]`` from a local file, a local folder or the hub.
+
+    ``path`` is one of: a ``.jsonl`` / ``.json`` / ``.parquet`` file (``split`` is then ignored); a folder
+    holding ``{split}.jsonl`` / ``{split}.parquet`` or shards named ``{split}*`` (also looked for in a
+    ``main/`` subfolder, the hub repo's layout); or a hub dataset id such as ``openai/gsm8k`` (config
+    ``main``). ``limit`` keeps the first ``limit`` rows. Extra columns are dropped. Raises UserError (one
+    line, naming the file and the fix) for a missing file, a row without ``question``/``answer``, or an
+    answer without a numeric ``#### N`` line.
+    """
+    if limit is not None and limit < 0:
+        raise UserError(f"'limit' must be >= 0 or None, got {limit}")
+    local = Path(path).expanduser()
+    looks_local = path.startswith((".", "/", "~")) or local.suffix in _LOCAL_SUFFIXES or local.exists()
+    if local.is_dir():
+        files = _split_files(local, split)
+        if not files:
+            raise UserError(f"{local}: no '{split}.jsonl' or '{split}.parquet' (or '{split}-*' shard) in this "
+                            "folder; add it or point task.path at the file")
+        rows = []
+        for file in files:
+            rows.extend(_read_parquet(file) if file.suffix == ".parquet" else _read_jsonl(file))
+        source = str(local)
+    elif local.is_file():
+        if local.suffix not in _LOCAL_SUFFIXES:
+            raise UserError(f"{local}: unsupported file type '{local.suffix}'; give a .jsonl or .parquet file")
+        rows = _read_parquet(local) if local.suffix == ".parquet" else _read_jsonl(local)
+        source = str(local)
+    elif looks_local:
+        raise UserError(f"{path}: file or folder not found; check the path, or give a hub id like openai/gsm8k")
+    else:
+        rows, source = _load_hub(path, split)
+
+    if limit is not None:
+        rows = rows[:limit]
+    problems = []
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict) or "question" not in row or "answer" not in row:
+            present = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise UserError(f"{source}: row {index} has no 'question' and 'answer' (has {present}); "
+                            "give GSM8K-format rows")
+        question, answer = row["question"], row["answer"]
+        if not isinstance(question, str) or not isinstance(answer, str):
+            raise UserError(f"{source}: row {index}: 'question' and 'answer' must be strings")
+        try:
+            gold_number(answer)
+        except ValueError as exc:
+            raise UserError(f"{source}: row {index}: {exc}; GSM8K answers end with a line '#### N'") from None
+        problems.append({"question": question, "answer": answer})
+    return problems

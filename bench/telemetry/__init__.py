@@ -1,0 +1,13 @@
+"""Telemetry: static memory accounting, labelled memory readings, phase/step timers, TRL hooks.
+
+Every memory number carries its source (``cuda-allocated``, ``cuda-reserved``, ``nvml-device``,
+``nvml-process``, ``cpu-rss``); a source that is not available on this machine is absent, never 0.
+"""
+
+from bench.telemetry.accounting import account_networks
+from bench.telemetry.environment import capture_environment
+from bench.telemetry.memory import primary_source
+from bench.telemetry.tracker import Telemetry
+from bench.telemetry.trl_hooks import instrument_trl_trainer
+
+__all__ = ["Telemetry", "account_networks", "capture_environment", "instrument_trl_trainer", "primary_source"]

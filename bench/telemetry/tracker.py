@@ -1,0 +1,337 @@
+"""Phase timers, step timers and per-phase memory peaks for one run.
+
+Time is exclusive: at any moment exactly one owner is charged — the innermost open phase, else
+"other" while inside an optimizer step, else nobody (data loading between steps, logging). A nested
+phase therefore pauses its parent's clock, and the phase times add up to the time they cover without
+double counting. Memory peaks follow the same owner rule: a reading taken while ``generation`` is the
+innermost phase belongs to ``generation``, not also to the ``update`` that contains it.
+
+On CUDA every boundary synchronises the device (so that kernels are charged to the phase that queued
+them) and reads and resets torch's peak counters. That costs time; the overhead benchmark measures
+it by running the same work with ``enabled=False``.
+
+Phases and steps are driven from the training thread only (the memory sampler is the only other
+thread); they are not meant to be opened from worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from typing import Any, Iterator
+
+from bench.telemetry.memory import (
+    CPU_MAXRSS,
+    SOURCES,
+    MemorySampler,
+    SampledReaders,
+    TorchCudaCounters,
+    _fold,
+    max_rss_bytes,
+    primary_source,
+)
+
+OTHER = "other"
+"""Time inside an optimizer step that no phase claimed (clipping, scheduler, callbacks)."""
+
+_NULL = contextlib.nullcontext()
+
+
+class Telemetry:
+    """Phase/step timers and memory sampler; use as a context manager around the run.
+
+    Args:
+        device: 'cpu', 'cuda' or 'cuda:N' — picks the headline source (:func:`primary_source`).
+        interval_s: memory polling interval (seconds).
+        enabled: False makes ``phase``/``step_*`` near-free no-ops; only the wall time and the
+            process's lifetime peak RSS are recorded (to measure the telemetry's own overhead).
+        warmup_steps: the first steps left out of ``step_s_median`` / ``step_s_p90`` (compilation,
+            allocator growth, first-call caches).
+    """
+
+    def __init__(self, device: str, interval_s: float = 0.05, enabled: bool = True, warmup_steps: int = 2) -> None:
+        self.device = str(device)
+        self.interval_s = float(interval_s)
+        self.enabled = bool(enabled)
+        self.warmup_steps = int(warmup_steps)
+        self.counters: dict[str, int] = {"completions": 0, "generated_tokens": 0}
+        """Counts filled by instrumentation (e.g. the generate wrapper)."""
+        self.source = primary_source(self.device)
+        self._t_start: float | None = None
+        self._t_end: float | None = None
+        # exclusive-time bookkeeping
+        self._stack: list[tuple[str, bool]] = []  # (name, pass-through)
+        self._in_step = False
+        self._t_last = 0.0
+        self._times: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._step_start = 0.0
+        self._step_times: list[float] = []
+        # memory
+        self._cuda: TorchCudaCounters | None = None
+        self._readers: SampledReaders | None = None
+        self._sampler: MemorySampler | None = None
+        self._phase_peaks: dict[str, dict[str, int]] = {}
+        self._run_peak: dict[str, int] = {}
+        self._baseline: dict[str, int] = {}
+        self._maxrss_end: int | None = None
+        self._sources: list[str] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "Telemetry":
+        """Start the wall clock (and, when enabled, the memory sampler). Idempotent."""
+        if self._t_start is not None:
+            return self
+        if self.enabled:
+            self._cuda = TorchCudaCounters(self.device)
+            self._readers = SampledReaders(self.device)
+            self._sampler = MemorySampler(self._readers, self.interval_s)
+            available = set(self._cuda.sources) | set(self._readers.sources)
+            self._sources = [s for s in SOURCES if s in available]  # fixed now: close() drops NVML
+            if self._cuda.available:
+                self._cuda.take_peaks()  # start the first window clean
+            self._sampler.start()
+        self._t_start = time.perf_counter()
+        self._t_last = self._t_start
+        return self
+
+    def stop(self) -> None:
+        """Close open phases/steps, stop the sampler and the wall clock. Idempotent."""
+        if self._t_start is None or self._t_end is not None:
+            return
+        if self.enabled:
+            if self._stack:  # phases left open (an exception): close them all
+                self._transition()
+                self._stack.clear()
+            if self._in_step:
+                self.step_end()
+            self._transition()  # last window's memory goes to the run peak
+            assert self._sampler is not None and self._readers is not None
+            self._sampler.stop()
+            self._readers.close()
+        self._maxrss_end = max_rss_bytes()
+        self._t_end = time.perf_counter()
+
+    def __enter__(self) -> "Telemetry":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def sources(self) -> list[str]:
+        """Sources with readings in this run (an unavailable source is absent, never 0)."""
+        return list(self._sources)
+
+    # -- the clock -------------------------------------------------------------------------------
+    def _owner(self) -> str | None:
+        if self._stack:
+            return self._stack[-1][0]
+        return OTHER if self._in_step else None
+
+    def _transition(self) -> None:
+        """Charge the time and memory since the last boundary to the current owner."""
+        cuda = self._cuda
+        if cuda is not None and cuda.available:
+            cuda.synchronize()  # kernels queued by the owner finish on the owner's clock
+        now = time.perf_counter()
+        owner = self._owner()
+        if owner is not None:
+            self._times[owner] = self._times.get(owner, 0.0) + (now - self._t_last)
+        self._t_last = now
+        peaks: dict[str, int] = {}
+        if cuda is not None and cuda.available:
+            peaks.update(cuda.take_peaks())
+        if self._sampler is not None:
+            self._sampler.sample_now()  # every window gets at least one reading
+            _fold(peaks, self._sampler.reset_peak())
+        _fold(self._run_peak, peaks)
+        if owner is not None:
+            _fold(self._phase_peaks.setdefault(owner, {}), peaks)
+
+    # -- phases ----------------------------------------------------------------------------------
+    def begin_phase(self, name: str) -> None:
+        """Open phase ``name`` (pauses the enclosing phase's clock).
+
+        Re-opening the phase that is already innermost (a wrapped ``forward`` inside a wrapped
+        ``generate`` of the same phase) is a pass-through: it neither counts again nor splits the time.
+        """
+        if not self.enabled or self._t_start is None or self._t_end is not None:
+            return
+        if self._stack and self._stack[-1][0] == name:
+            self._stack.append((name, True))  # pass-through: keeps begin/end balanced, owner unchanged
+            return
+        self._transition()
+        self._stack.append((name, False))
+        self._counts[name] = self._counts.get(name, 0) + 1
+
+    def end_phase(self, name: str) -> None:
+        """Close phase ``name``; also closes inner phases an exception left open."""
+        if not self.enabled or not self._stack:
+            return
+        index = next((i for i in range(len(self._stack) - 1, -1, -1) if self._stack[i][0] == name), None)
+        if index is None:
+            return
+        if index == len(self._stack) - 1 and self._stack[index][1]:
+            self._stack.pop()  # closing a pass-through: no boundary
+            return
+        self._transition()
+        del self._stack[index:]
+
+    @contextlib.contextmanager
+    def _phase_cm(self, name: str) -> Iterator[None]:
+        self.begin_phase(name)
+        try:
+            yield
+        finally:
+            self.end_phase(name)
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Context manager timing ``name`` exclusively (see the module docstring)."""
+        if not self.enabled:
+            return _NULL
+        return self._phase_cm(name)
+
+    def active_phases(self) -> tuple[str, ...]:
+        """Open phases, outermost first."""
+        return tuple(name for name, _ in self._stack)
+
+    # -- steps -----------------------------------------------------------------------------------
+    def step_begin(self) -> None:
+        """An optimizer step starts; unclaimed time until ``step_end`` goes to phase 'other'."""
+        if not self.enabled or self._t_start is None or self._t_end is not None:
+            return
+        if self._in_step:  # a missed step_end (exception): close it first
+            self.step_end()
+        self._transition()
+        self._in_step = True
+        self._step_start = self._t_last
+        self._counts[OTHER] = self._counts.get(OTHER, 0) + 1
+
+    def step_end(self) -> None:
+        """The optimizer step ends; its wall time is recorded."""
+        if not self.enabled or not self._in_step:
+            return
+        self._transition()
+        self._in_step = False
+        self._step_times.append(self._t_last - self._step_start)
+
+    # -- readings --------------------------------------------------------------------------------
+    def mark_baseline(self) -> dict[str, int]:
+        """Record current memory (after model load, before training) per source (bytes)."""
+        if not self.enabled:
+            return {}
+        if self._t_start is None:
+            self.start()
+        readings: dict[str, int] = {}
+        if self._cuda is not None and self._cuda.available:
+            self._cuda.synchronize()
+            readings.update(self._cuda.current())
+        if self._sampler is not None:
+            readings.update(self._sampler.sample_now())
+        self._baseline = readings
+        return dict(readings)
+
+    def wall_s(self) -> float | None:
+        """Seconds from start to stop (to now while running); None before start."""
+        if self._t_start is None:
+            return None
+        end = self._t_end if self._t_end is not None else time.perf_counter()
+        return end - self._t_start
+
+    def summary(self) -> dict[str, Any]:
+        """Everything measured, in the shapes of the result file's sections (bytes, seconds).
+
+        ``memory.peak_bytes`` / ``baseline_bytes`` / per-phase ``peak_bytes`` come from ``source``
+        (the primary source); ``by_source`` has every source that had a reading. Step statistics
+        leave out the first ``warmup_steps`` steps unless no other step exists.
+        """
+        if not self.enabled:
+            maxrss = self._maxrss_end if self._maxrss_end is not None else max_rss_bytes()
+            return {
+                "enabled": False,
+                "wall_s": self.wall_s(),
+                "memory": {"peak_bytes": maxrss, "source": CPU_MAXRSS, "baseline_bytes": None,
+                           "phases": {}, "sources": [CPU_MAXRSS]},
+                "phases": {},
+                "step_s_median": None,
+                "step_s_p90": None,
+                "steps": 0,
+                "step_times_s": [],
+                "warmup_steps": self.warmup_steps,
+                "counters": dict(self.counters),
+            }
+        if self._t_start is not None and self._t_end is None:
+            self._transition()  # bring the running clocks up to date
+        source = self.source
+        phases_mem = {
+            name: {"peak_bytes": peaks.get(source), "source": source, "by_source": dict(peaks)}
+            for name, peaks in self._phase_peaks.items()
+        }
+        counted = self._step_times[self.warmup_steps:] or self._step_times
+        return {
+            "enabled": True,
+            "wall_s": self.wall_s(),
+            "memory": {
+                "peak_bytes": self._run_peak.get(source),
+                "source": source,
+                "baseline_bytes": self._baseline.get(source),
+                "phases": phases_mem,
+                "sources": self.sources,
+                "by_source": dict(self._run_peak),
+                "baseline_by_source": dict(self._baseline),
+            },
+            "phases": {
+                name: {"time_s": self._times.get(name, 0.0), "count": self._counts.get(name, 0)}
+                for name in sorted(set(self._times) | set(self._counts), key=_phase_order)
+            },
+            "step_s_median": statistics.median(counted) if counted else None,
+            "step_s_p90": _percentile(counted, 90.0) if counted else None,
+            "steps": len(self._step_times),
+            "step_times_s": list(self._step_times),
+            "warmup_steps": self.warmup_steps,
+            "counters": dict(self.counters),
+        }
+
+    # -- transformers ----------------------------------------------------------------------------
+    def trainer_callback(self) -> Any:
+        """A ``transformers.TrainerCallback`` driving steps and the optimizer-step 'update' phase."""
+        from transformers import TrainerCallback
+
+        telemetry = self
+
+        class TelemetryCallback(TrainerCallback):
+            """on_step_begin/on_step_end -> step timer; optimizer.step() -> phase 'update'."""
+
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                telemetry.step_begin()
+
+            def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                telemetry.begin_phase("update")
+
+            def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                telemetry.end_phase("update")
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                telemetry.step_end()
+
+        return TelemetryCallback()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+_ORDER = ("generation", "reward", "reference", "critic", "update", "evaluation", "other")
+
+
+def _phase_order(name: str) -> tuple[int, str]:
+    return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)

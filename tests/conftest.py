@@ -1,0 +1,7 @@
+"""Test-wide settings: no test may reach the network (hub libraries are told to stay offline)."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

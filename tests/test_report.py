@@ -1,0 +1,328 @@
+"""The report builder on fabricated suite folders: ok, failed, not-run and corrupt runs, hostile completions."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.report import CSV_COLUMNS, build_report, load_suite
+from bench.results import empty_result, write_json_atomic
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MIB = 1024**2
+REQUIRED_FIRST = [
+    "method", "seed", "status", "accuracy_before", "accuracy_after", "accuracy_after_low", "accuracy_after_high",
+    "peak_memory_bytes", "memory_source", "completions_per_s", "tokens_per_s", "wall_s",
+]
+FORBIDDEN = ("torch", "transformers", "trl", "peft", "datasets")
+
+
+def _score(correct: int, total: int) -> dict[str, Any]:
+    from bench.stats import wilson_interval
+
+    low, high = wilson_interval(correct, total)
+    return {"correct": correct, "total": total, "accuracy": correct / total, "low": low, "high": high}
+
+
+def make_result(
+    run_id: str,
+    method: str,
+    label: str,
+    *,
+    kind: str = "method",
+    engine: str = "trl",
+    seed: int = 0,
+    status: str = "ok",
+    before: int = 10,
+    after: int = 20,
+    total: int = 40,
+    source: str = "cpu-rss",
+    peak_mib: float | None = 500.0,
+    networks: tuple[str, ...] = ("actor", "reference"),
+    samples: list[dict[str, Any]] | None = None,
+    settings: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A filled result dict in the bench.results schema."""
+    res = empty_result(run_id, kind, method, label, engine, seed)
+    res["status"] = status
+    res["error"] = error
+    res["accuracy"] = {
+        "n_questions": total,
+        "before": {"strict": _score(before, total), "flexible": _score(before + 2, total)},
+        "after": None if status == "failed" else {"strict": _score(after, total), "flexible": _score(after + 3, total)},
+    }
+    peak = None if peak_mib is None else int(peak_mib * MIB)
+    res["memory"] = {
+        "peak_bytes": peak,
+        "source": source,
+        "baseline_bytes": int(200 * MIB),
+        "phases": {
+            "generation": {"peak_bytes": peak, "source": source},
+            "update": {"peak_bytes": None if peak is None else peak - int(50 * MIB), "source": source},
+        },
+        "networks": {
+            n: {"params": 1000, "trainable_params": 1000 if n in ("actor", "critic") else 0,
+                "weight_bytes": 40 * MIB, "grad_bytes": 40 * MIB if n in ("actor", "critic") else 0,
+                "optimizer_bytes": 80 * MIB if n in ("actor", "critic") else 0}
+            for n in networks
+        },
+    }
+    if status == "ok":
+        res["throughput"] = {
+            "wall_s": 120.5, "train_s": 100.0, "steps": 10, "completions": 80, "generated_tokens": 4000,
+            "trained_tokens": None, "completions_per_s": 0.8, "tokens_per_s": 40.0, "trained_tokens_per_s": None,
+            "step_s_median": 9.5, "step_s_p90": 11.0,
+        }
+        res["phases"] = {"generation": {"time_s": 60.0, "count": 10}, "reward": {"time_s": 5.0, "count": 10},
+                         "update": {"time_s": 30.0, "count": 10}}
+        res["curves"] = [{"step": s, "reward": 0.1 * s, "kl": 0.01 * s, "loss": 1.0 / (s + 1)} for s in range(1, 11)]
+    res["samples"] = samples or [{"question": "What is 2+2?", "completion": "<think>2+2</think> 4", "gold": "4",
+                                  "correct": True}]
+    res["settings"] = settings if settings is not None else {"learning_rate": 1e-5, "beta": 0.04}
+    res["environment"] = {"python": "3.11", "gpu": None, "torch": "2.5.0"}
+    res["spec"] = {"preset": "cpu-tiny"}
+    return res
+
+
+def write_verdicts(run_dir: Path, correct: list[bool]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"index": i, "correct_strict": c, "correct_flexible": c}) for i, c in enumerate(correct)]
+    (run_dir / "eval_after.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def make_suite(root: Path) -> Path:
+    """A suite folder with stages, ok / failed / not-run / corrupt methods and a hostile completion."""
+    suite = root / "suite"
+    runs = ["warm_start-s0", "sample_pool-s0", "reward_model-s0",
+            "grpo-s0", "ppo-s0", "dpo-s0", "grpo_engine-s0", "ppo_verifier-s0"]
+    write_json_atomic(suite / "suite.json", {
+        "preset": "cpu-tiny", "description": "fabricated suite for tests", "created_at": "2025-01-01T00:00:00Z",
+        "runs": runs, "spec": {"preset": "cpu-tiny", "train": {"steps": 10}},
+    })
+    r = suite / "runs"
+    stage = make_result("warm_start-s0", "warm_start", "Warm start (SFT)", kind="stage")
+    stage["metrics"] = {"train_loss": 0.9}
+    write_json_atomic(r / "warm_start-s0" / "result.json", stage)
+    pool = make_result("sample_pool-s0", "sample_pool", "Sample pool", kind="stage")
+    pool["metrics"] = {"completions": 640, "correct_share": 0.31, "dpo_pairs": 120}
+    write_json_atomic(r / "sample_pool-s0" / "result.json", pool)
+    rm = make_result("reward_model-s0", "reward_model", "Reward model", kind="stage")
+    rm["metrics"] = {"pair_accuracy": 0.83}
+    write_json_atomic(r / "reward_model-s0" / "result.json", rm)
+
+    hostile = [{"question": "Q <b>bold</b>?", "completion": "<script>alert(1)</script> answer 4", "gold": "4",
+                "correct": False}]
+    write_json_atomic(r / "grpo-s0" / "result.json", make_result(
+        "grpo-s0", "grpo", "GRPO (TRL)", after=24, samples=hostile,
+        settings={"learning_rate": 1e-5, "beta": 0.04, "num_generations": 8}))
+    write_verdicts(r / "grpo-s0", [True] * 24 + [False] * 16)
+    write_json_atomic(r / "ppo-s0" / "result.json", make_result(
+        "ppo-s0", "ppo", "PPO (suite engine)", engine="suite", after=18, source="cuda-allocated", peak_mib=900.0,
+        networks=("actor", "critic", "reward", "reference"),
+        settings={"learning_rate": 1e-5, "beta": 0.04, "vf_coef": 0.1}))
+    write_verdicts(r / "ppo-s0", [True] * 18 + [False] * 22)
+    write_json_atomic(r / "dpo-s0" / "result.json", make_result(
+        "dpo-s0", "dpo", "DPO (TRL)", status="failed", peak_mib=None,
+        error={"type": "OutOfMemoryError", "message": "CUDA out of memory", "memory_at_failure": "74.2 GiB"}))
+    # grpo_engine-s0 is listed but has no folder at all: not run yet.
+    (r / "ppo_verifier-s0").mkdir(parents=True)
+    (r / "ppo_verifier-s0" / "result.json").write_text('{"schema_version": 1, "status": "ok", ', encoding="utf-8")
+    return suite
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    suite = make_suite(tmp_path_factory.mktemp("report"))
+    index = build_report(suite)
+    assert index == suite / "index.html"
+    return suite
+
+
+def _csv(suite: Path) -> list[dict[str, str]]:
+    with open(suite / "results.csv", newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_outputs_exist(built: Path) -> None:
+    for name in ("index.html", "summary.md", "results.csv"):
+        assert (built / name).is_file() and (built / name).stat().st_size > 0
+    assert list((built / "figures").glob("*.png"))
+
+
+def test_csv_columns_and_order(built: Path) -> None:
+    with open(built / "results.csv", newline="", encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    assert header[: len(REQUIRED_FIRST)] == REQUIRED_FIRST
+    assert header == CSV_COLUMNS
+    for extra in ("label", "engine", "train_s", "step_s_median", "error", "accuracy_after_flexible"):
+        assert extra in header
+
+
+def test_csv_rows_values(built: Path) -> None:
+    rows = {r["run_id"]: r for r in _csv(built)}
+    # Only method runs, in suite.json order, stages excluded; every planned method has a row.
+    assert [r["run_id"] for r in _csv(built)] == ["grpo-s0", "ppo-s0", "dpo-s0", "grpo_engine-s0", "ppo_verifier-s0"]
+    grpo = rows["grpo-s0"]
+    assert grpo["status"] == "ok" and grpo["method"] == "grpo" and grpo["seed"] == "0"
+    assert float(grpo["accuracy_after"]) == pytest.approx(0.6)
+    assert float(grpo["accuracy_before"]) == pytest.approx(0.25)
+    assert float(grpo["accuracy_after_low"]) < 0.6 < float(grpo["accuracy_after_high"])
+    assert int(grpo["peak_memory_bytes"]) == 500 * MIB and grpo["memory_source"] == "cpu-rss"
+    assert float(grpo["completions_per_s"]) == 0.8 and float(grpo["wall_s"]) == 120.5
+    assert float(grpo["accuracy_after_flexible"]) == pytest.approx(27 / 40)
+    assert grpo["label"] == "GRPO (TRL)" and grpo["engine"] == "trl" and grpo["error"] == ""
+    assert grpo["trained_tokens_per_s"] == ""  # null in the result -> empty cell, not 0
+
+    dpo = rows["dpo-s0"]
+    assert dpo["status"] == "failed"
+    assert "OutOfMemoryError" in dpo["error"] and "CUDA out of memory" in dpo["error"]
+    assert dpo["accuracy_after"] == "" and dpo["peak_memory_bytes"] == "" and dpo["memory_source"] == ""
+    assert dpo["completions_per_s"] == "" and dpo["wall_s"] == "" and dpo["tokens_per_s"] == ""
+    assert float(dpo["accuracy_before"]) == pytest.approx(0.25)  # measured before the failure: kept
+
+    missing = rows["grpo_engine-s0"]
+    assert missing["status"] == "not_run" and missing["error"] == "not run yet"
+    assert missing["method"] == "grpo_engine" and missing["seed"] == "0"
+    assert all(missing[c] == "" for c in REQUIRED_FIRST[3:])
+    corrupt = rows["ppo_verifier-s0"]
+    assert corrupt["status"] == "not_run" and "unreadable" in corrupt["error"]
+
+
+def test_html_escapes_model_text_and_shows_everything(built: Path) -> None:
+    page = (built / "index.html").read_text(encoding="utf-8")
+    assert "<title>Benchmark report: cpu-tiny</title>" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script>alert" not in page
+    assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
+    # Failed run shows type and message; unrun and corrupt runs are rows, not gaps.
+    assert "OutOfMemoryError: CUDA out of memory" in page and "74.2 GiB" in page
+    assert "not run yet" in page and "result.json unreadable" in page
+    # Memory numbers name their source; a null reading is "not measured", never "0".
+    assert "500.0 MiB (cpu-rss)" in page and "900.0 MiB (cuda-allocated)" in page
+    assert "not measured" in page
+    # Stages, what differs, paired tests, environment and spec.
+    assert "pair_accuracy" in page and "0.83" in page and "dpo_pairs" in page
+    assert "num_generations" in page and "vf_coef" in page
+    assert "Paired tests" in page and "McNemar" in page
+    assert "Environment" in page and "3.11" in page
+    assert "&#34;steps&#34;: 10" in page or '"steps": 10' in page
+    # Figures are referenced relatively and exist.
+    for src in (s.split('"')[0] for s in page.split('src="')[1:]):
+        assert src.startswith("figures/") and (built / src).is_file()
+
+
+def test_paired_test_values(built: Path) -> None:
+    from bench.report.tables import paired_tests
+
+    tests = paired_tests(load_suite(built))
+    assert len(tests) == 1  # only grpo and ppo are ok and have verdicts
+    t = tests[0]
+    # GRPO right on 0..23, PPO on 0..17: GRPO alone right on 6, PPO alone on 0 -> p = 2 / 2**6.
+    assert (t["a"], t["b"], t["n"], t["a_only"], t["b_only"]) == ("GRPO (TRL)", "PPO (suite engine)", 40, 6, 0)
+    assert t["p_value"] == pytest.approx(2 / 64)
+    assert t["diff"] == pytest.approx(0.15)
+
+
+def test_figures_are_pngs(built: Path) -> None:
+    names = {p.name for p in (built / "figures").glob("*.png")}
+    assert {"accuracy_strict.png", "throughput.png", "phases.png", "curves.png"} <= names
+    for p in (built / "figures").glob("*.png"):
+        assert p.read_bytes()[:8] == PNG_SIGNATURE, p.name
+
+
+def test_memory_sources_never_share_a_chart(built: Path) -> None:
+    from bench.report import figures, load
+
+    names = {p.name for p in (built / "figures").glob("*.png")}
+    assert {"memory_cpu-rss.png", "memory_cuda-allocated.png"} <= names
+    suite = load.load_suite(built)
+    grpo = next(r for r in suite.runs if r.run_id == "grpo-s0")
+    ppo = next(r for r in suite.runs if r.run_id == "ppo-s0")
+    # Each chart's data holds only readings of its own source, and its axis names that source.
+    assert figures._measured(grpo, "cuda-allocated") == {}
+    assert figures._measured(ppo, "cpu-rss") == {}
+    assert figures._measured(ppo, "cuda-allocated")["whole run"] == 900 * MIB
+    fig, axes = figures._new(5, 4)
+    figures._draw_measured(axes[0][0], [grpo, ppo], {"grpo-s0": "g", "ppo-s0": "p"}, "cpu-rss")
+    assert axes[0][0].get_ylabel() == "peak memory (cpu-rss, MiB)"
+    heights = sorted(round(p.get_height()) for p in axes[0][0].patches)
+    assert heights == [450, 500, 500]  # grpo's update, generation and whole-run readings; nothing of ppo
+
+
+def test_summary_markdown(built: Path) -> None:
+    md = (built / "summary.md").read_text(encoding="utf-8")
+    assert md.startswith("# Benchmark summary: cpu-tiny")
+    assert "| method | seed | status | accuracy strict" in md
+    assert "| GRPO (TRL) | 0 | ok | 25.0% [" in md and "→ 60.0% [" in md
+    assert "| DPO (TRL) | 0 | failed |" in md and "OutOfMemoryError" in md
+    assert "| PPO (suite engine) |" in md and "(cuda-allocated)" in md
+    assert "## What differs between methods" in md and "vf_coef" in md
+    assert "## Notes on sources" in md and "`cpu-rss`" in md and "`cuda-allocated`" in md
+    # Every table row has the header's cell count (no stray pipes from content).
+    table = [ln for ln in md.split("## Results per method")[1].split("\n\n")[1].splitlines()]
+    assert len({ln.count(" | ") for ln in table if not ln.startswith("|---")}) == 1
+
+
+def test_rebuild_removes_stale_figures_and_handles_empty_suite(tmp_path: Path) -> None:
+    suite = tmp_path / "empty"
+    (suite / "figures").mkdir(parents=True)
+    (suite / "figures" / "old.png").write_bytes(PNG_SIGNATURE)
+    write_json_atomic(suite / "suite.json", {"preset": "cpu-tiny", "description": "", "runs": ["grpo-s0"], "spec": {}})
+    index = build_report(suite)
+    assert not (suite / "figures" / "old.png").exists()
+    page = index.read_text(encoding="utf-8")
+    assert "not run yet" in page
+    rows = _csv(suite)
+    assert len(rows) == 1 and rows[0]["status"] == "not_run"
+
+
+def test_missing_suite_json_lists_run_folders(tmp_path: Path) -> None:
+    suite = tmp_path / "nosuite"
+    write_json_atomic(suite / "runs" / "grpo-s1" / "result.json",
+                      make_result("grpo-s1", "grpo", "GRPO (TRL)", seed=1))
+    build_report(suite)
+    assert [r["run_id"] for r in _csv(suite)] == ["grpo-s1"]
+    assert "no suite.json" in (suite / "index.html").read_text(encoding="utf-8")
+
+
+def test_cli_builds_report(built: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "bench.report", str(built)], cwd=REPO,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("index.html")
+
+
+def test_report_imports_no_ml_frameworks(built: Path) -> None:
+    """A report must rebuild on a laptop: building one loads none of the training stack."""
+    code = (
+        "import sys; from pathlib import Path; import bench.stats, bench.report; "
+        f"bench.report.build_report(Path({str(built)!r})); "
+        f"bad = [m for m in {FORBIDDEN!r} if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_report_sources_have_no_ml_imports() -> None:
+    """Static check too: a lazy import inside a function would slip past the runtime check."""
+    files = list((REPO / "bench" / "report").glob("*.py")) + [REPO / "bench" / "stats.py"]
+    assert len(files) >= 5
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mods = [node.module or ""]
+            else:
+                continue
+            for mod in mods:
+                assert mod.split(".")[0] not in FORBIDDEN, f"{path.name} imports {mod}"

@@ -1,0 +1,291 @@
+"""bench.tasks: the synthetic generator, GSM8K loading from files the tests write, prompt/target formats."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from bench.errors import UserError
+from bench.tasks import (PROMPT_TEMPLATE, format_prompt, format_target, generate_synthetic, gold_number,
+                         load_gsm8k, synthetic_splits, to_rows)
+from bench.verifier import extract_answer, has_format, is_correct
+
+GSM8K_ROWS = [
+    {"question": "Janet has 16 eggs. She eats 3. How many are left?",
+     "answer": "She has 16 - 3 = <<16-3=13>>13 eggs left.\n#### 13"},
+    {"question": "A shop sells 1,000 pens a day. How many in 2 days?",
+     "answer": "It sells 1,000 * 2 = <<1000*2=2000>>2,000 pens.\n#### 2,000"},
+    {"question": "It is 5 degrees and drops 8. What is the temperature?",
+     "answer": "5 - 8 = <<5-8=-3>>-3\n#### -3"},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+# --- synthetic ----------------------------------------------------------------------------------------
+
+def test_synthetic_same_seed_same_data() -> None:
+    assert generate_synthetic(200, seed=7) == generate_synthetic(200, seed=7)
+
+
+def test_synthetic_different_seed_different_data() -> None:
+    a, b = generate_synthetic(50, seed=1), generate_synthetic(50, seed=2)
+    assert [p["question"] for p in a] != [p["question"] for p in b]
+
+
+def test_synthetic_prefix_is_stable() -> None:
+    # Asking for more problems does not change the first ones.
+    assert generate_synthetic(300, seed=3)[:100] == generate_synthetic(100, seed=3)
+
+
+def _recompute(problem: dict) -> int:
+    """Replays the worked lines "a<op>b=c", checking each against Python's arithmetic and the chain."""
+    *steps, final = problem["answer"].split("\n")
+    previous = None
+    for step in steps:
+        match = re.fullmatch(r"(\d+)([+*-])(\d+)=(\d+)", step)
+        assert match, f"unexpected working line {step!r}"
+        a, op, b, c = int(match[1]), match[2], int(match[3]), int(match[4])
+        assert c == {"+": a + b, "-": a - b, "*": a * b}[op]
+        assert previous is None or a == previous, "each step must continue from the previous result"
+        # Every operand that is not a carried-over result appears in the question text.
+        assert re.search(rf"\b{b}\b", problem["question"])
+        previous = c
+    assert final == f"#### {previous}"
+    return previous
+
+
+@pytest.mark.parametrize(("max_operand", "max_steps"), [(50, 2), (10, 1), (20, 3), (2000, 2)])
+def test_synthetic_answers_recompute(max_operand: int, max_steps: int) -> None:
+    problems = generate_synthetic(500, seed=11, max_operand=max_operand, max_steps=max_steps)
+    n_steps = set()
+    for problem in problems:
+        value = _recompute(problem)
+        assert value >= 0
+        assert gold_number(problem["answer"]) == str(value)
+        n_steps.add(problem["answer"].count("\n"))
+    assert n_steps == set(range(1, max_steps + 1)), "every step count from 1 to max_steps occurs"
+
+
+def test_synthetic_uses_all_operations_and_varied_templates() -> None:
+    problems = generate_synthetic(500, seed=0)
+    working = "\n".join(p["answer"] for p in problems)
+    for op in "+-*":
+        assert re.search(rf"\d\{op}\d", working), f"operation {op} never used"
+    names = {p["question"].split()[0] for p in problems}
+    objects = {p["question"].split("How many ")[1].split()[0] for p in problems}
+    assert len(names) >= 5 and len(objects) >= 5
+
+
+def test_synthetic_default_numbers_stay_small() -> None:
+    # At most 3 digits per number keeps the tiny model's completion short.
+    for problem in generate_synthetic(2000, seed=5):
+        assert all(len(n) <= 3 for n in re.findall(r"\d+", problem["answer"]))
+
+
+@pytest.mark.parametrize("kwargs", [{"n": -1, "seed": 0}, {"n": 3, "seed": 0, "max_operand": 0},
+                                    {"n": 3, "seed": 0, "max_steps": 0}])
+def test_synthetic_bad_settings_raise_user_error(kwargs: dict) -> None:
+    with pytest.raises(UserError):
+        generate_synthetic(**kwargs)
+
+
+def test_synthetic_splits_disjoint_and_sized() -> None:
+    train, test = synthetic_splits(3000, 500, seed=1234, max_operand=50, max_steps=2)
+    assert len(train) == 3000 and len(test) == 500
+    train_q, test_q = [p["question"] for p in train], [p["question"] for p in test]
+    assert len(set(train_q)) == len(train_q) and len(set(test_q)) == len(test_q)
+    assert not set(train_q) & set(test_q)
+
+
+def test_synthetic_splits_test_independent_of_train_size() -> None:
+    _, test_a = synthetic_splits(100, 200, seed=9, max_operand=50, max_steps=2)
+    _, test_b = synthetic_splits(2000, 200, seed=9, max_operand=50, max_steps=2)
+    assert test_a == test_b
+    assert synthetic_splits(100, 200, seed=9, max_operand=50, max_steps=2)[0] != \
+        synthetic_splits(100, 200, seed=10, max_operand=50, max_steps=2)[0]
+
+
+def test_synthetic_splits_too_small_space_raises() -> None:
+    # max_operand=1, one step: only a handful of distinct questions exist.
+    with pytest.raises(UserError, match="distinct"):
+        synthetic_splits(5000, 10, seed=0, max_operand=1, max_steps=1)
+
+
+# --- gold / prompt / target ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("answer", "gold"), [
+    ("12+7=19\n#### 19", "19"),
+    ("x\n#### 1,000", "1000"),
+    ("x\n####  -3 ", "-3"),
+    ("x\n#### 18.00", "18"),
+    ("x\n#### $5", "5"),
+    ("#### 1\nfix\n#### 2", "2"),
+])
+def test_gold_number(answer: str, gold: str) -> None:
+    assert gold_number(answer) == gold
+
+
+@pytest.mark.parametrize("answer", ["no marker 19", "x\n#### nineteen", "x\n####", ""])
+def test_gold_number_rejects(answer: str) -> None:
+    with pytest.raises(ValueError):
+        gold_number(answer)
+
+
+def test_format_prompt() -> None:
+    prompt = format_prompt("  What is 2+2?  ")
+    assert prompt == PROMPT_TEMPLATE.format(question="What is 2+2?")
+    assert "What is 2+2?" in prompt and "<think>" in prompt and "<answer>" in prompt
+    assert len(prompt) - len("What is 2+2?") < 80, "the instruction must stay short for the tiny model"
+    # Braces in a question are text, not format fields.
+    assert "{x}" in format_prompt("Is {x} a set?")
+
+
+def test_format_target_strips_annotations_and_marker() -> None:
+    target = format_target(GSM8K_ROWS[0]["answer"])
+    assert target == "<think>She has 16 - 3 = 13 eggs left.</think> <answer>13</answer>"
+    assert format_target(GSM8K_ROWS[1]["answer"]).endswith("<answer>2000</answer>")
+    assert "####" not in format_target(GSM8K_ROWS[2]["answer"])
+
+
+def test_format_target_round_trip_on_synthetic() -> None:
+    train, test = synthetic_splits(2000, 500, seed=3, max_operand=50, max_steps=3)
+    for problem in train + test:
+        target = format_target(problem["answer"])
+        assert has_format(target)
+        assert is_correct(target, gold_number(problem["answer"]))
+
+
+def test_format_target_round_trip_on_gsm8k_rows() -> None:
+    for row in GSM8K_ROWS:
+        target = format_target(row["answer"])
+        assert has_format(target) and is_correct(target, gold_number(row["answer"]))
+
+
+def test_to_rows() -> None:
+    rows = to_rows(GSM8K_ROWS[1:2])
+    assert rows == [{"prompt": format_prompt(GSM8K_ROWS[1]["question"]), "answer": "2000",
+                     "question": GSM8K_ROWS[1]["question"], "solution": GSM8K_ROWS[1]["answer"]}]
+    assert extract_answer(format_target(rows[0]["solution"])) == rows[0]["answer"]
+
+
+# --- load_gsm8k ---------------------------------------------------------------------------------------
+
+def test_load_jsonl(tmp_path: Path) -> None:
+    rows = [dict(r, extra="dropped") for r in GSM8K_ROWS]
+    path = write_jsonl(tmp_path / "data.jsonl", rows)
+    assert load_gsm8k(str(path), "test") == GSM8K_ROWS
+    assert load_gsm8k(str(path), "test", limit=2) == GSM8K_ROWS[:2]
+
+
+def test_load_jsonl_skips_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n" + json.dumps(GSM8K_ROWS[0]) + "\n\n", encoding="utf-8")
+    assert load_gsm8k(str(path), "train") == GSM8K_ROWS[:1]
+
+
+def test_load_parquet(tmp_path: Path) -> None:
+    path = write_parquet(tmp_path / "data.parquet", GSM8K_ROWS)
+    assert load_gsm8k(str(path), "test") == GSM8K_ROWS
+
+
+def test_load_folder_by_split(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "train.jsonl", GSM8K_ROWS[:1])
+    write_jsonl(tmp_path / "test.jsonl", GSM8K_ROWS[1:])
+    assert load_gsm8k(str(tmp_path), "train") == GSM8K_ROWS[:1]
+    assert load_gsm8k(str(tmp_path), "test") == GSM8K_ROWS[1:]
+
+
+def test_load_folder_with_parquet_shards_in_hub_layout(tmp_path: Path) -> None:
+    # The hub repo's layout: main/test-00000-of-00002.parquet, main/test-00001-of-00002.parquet.
+    (tmp_path / "main").mkdir()
+    write_parquet(tmp_path / "main" / "test-00001-of-00002.parquet", GSM8K_ROWS[2:])
+    write_parquet(tmp_path / "main" / "test-00000-of-00002.parquet", GSM8K_ROWS[:2])
+    write_parquet(tmp_path / "main" / "train-00000-of-00001.parquet", GSM8K_ROWS[:1])
+    assert load_gsm8k(str(tmp_path), "test") == GSM8K_ROWS  # shards in name order
+    assert load_gsm8k(str(tmp_path), "train") == GSM8K_ROWS[:1]
+
+
+def test_load_folder_without_split_raises(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "train.jsonl", GSM8K_ROWS)
+    with pytest.raises(UserError, match="no 'test.jsonl'"):
+        load_gsm8k(str(tmp_path), "test")
+
+
+def test_load_missing_file_raises(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not found") as info:
+        load_gsm8k(str(tmp_path / "nope.jsonl"), "test")
+    assert "\n" not in str(info.value)
+
+
+def test_load_missing_column_raises(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [GSM8K_ROWS[0], {"question": "q", "solution": "#### 1"}])
+    with pytest.raises(UserError, match=r"row 1 .*'question', 'solution'") as info:
+        load_gsm8k(str(path), "test")
+    assert str(path) in str(info.value)
+
+
+def test_load_bad_answer_raises(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": "it is 5"}])
+    with pytest.raises(UserError, match=r"row 0.*####") as info:
+        load_gsm8k(str(path), "test")
+    assert "\n" not in str(info.value)
+
+
+def test_load_bad_json_line_raises(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(GSM8K_ROWS[0]) + "\n{oops\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"d.jsonl:2"):
+        load_gsm8k(str(path), "test")
+
+
+def test_load_unsupported_file_type_raises(tmp_path: Path) -> None:
+    path = tmp_path / "d.csv"
+    path.write_text("question,answer\n", encoding="utf-8")
+    with pytest.raises(UserError, match="unsupported"):
+        load_gsm8k(str(path), "test")
+
+
+def test_load_negative_limit_raises(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", GSM8K_ROWS)
+    with pytest.raises(UserError, match="limit"):
+        load_gsm8k(str(path), "test", limit=-1)
+
+
+def test_load_hub_id_uses_datasets_main_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stand-in `datasets` module: the hub path is exercised without the network.
+    calls = []
+
+    def load_dataset(path: str, name: str, split: str) -> list[dict]:
+        calls.append((path, name, split))
+        return [dict(r, extra=1) for r in GSM8K_ROWS]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    assert load_gsm8k("openai/gsm8k", "test", limit=2) == GSM8K_ROWS[:2]
+    assert calls == [("openai/gsm8k", "main", "test")]
+
+
+def test_load_hub_failure_is_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def load_dataset(path: str, name: str, split: str) -> list[dict]:
+        raise ConnectionError("Couldn't reach the hub\nsecond line")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    with pytest.raises(UserError, match="openai/gsm8k.*Couldn't reach the hub") as info:
+        load_gsm8k("openai/gsm8k", "test")
+    assert "\n" not in str(info.value)
