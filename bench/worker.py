@@ -56,6 +56,7 @@ def throughput(outcome: Any, train_s: float, wall_s: float, telemetry_summary: d
         "trained_tokens_per_s": rate(outcome.trained_tokens),
         "step_s_median": telemetry_summary.get("step_s_median"),
         "step_s_p90": telemetry_summary.get("step_s_p90"),
+        "step_times_s": telemetry_summary.get("step_times_s", []),
     }
 
 

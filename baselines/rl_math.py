@@ -1,0 +1,267 @@
+"""The maths of PPO and GRPO as small pure torch functions (no model code, no state).
+
+Conventions shared by every function here:
+- ``b`` is the number of completions in the batch, ``T`` the completion length in tokens (right-padded),
+  ``V`` the vocabulary size.
+- ``mask`` is a bool or 0/1 tensor of shape (b, T): True for the completion's real tokens, up to and
+  including the end-of-sequence token, False for padding after it. Real tokens form a prefix of each row
+  (that is what ``truncate_after_eos`` produces); ``ppo_rewards`` and ``gae`` rely on it.
+- Log-probabilities are natural logs (nats); a "per-token" quantity has shape (b, T).
+- Reductions are token-level means over real tokens (``masked_mean``): the PPO convention of the N+
+  implementation details (Huang et al., 2024) and the one both suite-engine methods use.
+
+References: Schulman et al. 2017 (PPO), Schulman et al. 2016 (GAE), Huang et al. 2024 ("The N+
+Implementation Details of RLHF with PPO"), Shao et al. 2024 (DeepSeekMath, GRPO), Schulman 2020
+("Approximating KL divergence", the k1/k3 estimators).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is true.
+
+    Shape: x (b, T), mask (b, T) -> a scalar (dim None) or x reduced along ``dim``.
+    An empty mask gives 0 rather than NaN (the count is clamped to 1): a row with no real tokens
+    contributes nothing instead of poisoning the batch.
+    """
+    mask = mask.to(x.dtype)
+    total = (x * mask).sum() if dim is None else (x * mask).sum(dim)
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return total / count.clamp(min=1)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of ``x`` over the real positions (a scalar).
+
+    Shape: x (b, T), mask (b, T) -> ().
+    ``unbiased`` applies Bessel's correction n / (n - 1) with n the number of real positions; with fewer
+    than two real positions the unbiased variance is undefined and 0 is returned.
+    """
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        n = mask.to(x.dtype).sum()
+        if n < 2:
+            return torch.zeros_like(var)
+        var = var * n / (n - 1)
+    return var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+    """Normalise ``x`` to mean 0 and (unbiased) std 1 over the real positions; padding becomes 0.
+
+    Shape: x (b, T), mask (b, T) -> (b, T).
+    ``shift_mean=False`` keeps the original mean (only rescales), as the N+ details do for rewards.
+    Padding is set to 0 so that a whitened advantage can never leak a gradient through a padded token.
+    """
+    mean = masked_mean(x, mask)
+    var = masked_var(x, mask, unbiased=True)
+    whitened = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask.to(x.dtype)
+
+
+def kl_per_token(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: Literal["k1", "k3"] = "k1") -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference) from the sampled tokens' log-probabilities.
+
+    Shape: logp (b, T), ref_logp (b, T) -> (b, T), in nats.
+    k1 = logp - ref_logp: unbiased, can be negative per token (PPO's reward penalty, N+ details).
+    k3 = exp(ref - logp) - (ref - logp) - 1: unbiased, always >= 0, lower variance (GRPO's loss term,
+    DeepSeekMath eq. 4). Both are exactly 0 where the two log-probabilities are equal.
+    """
+    if estimator == "k1":
+        return logp - ref_logp
+    if estimator == "k3":
+        log_ratio = ref_logp - logp
+        return torch.exp(log_ratio) - log_ratio - 1
+    raise ValueError(f"unknown KL estimator {estimator!r}; use 'k1' or 'k3'")
+
+
+def last_true_indices(mask: torch.Tensor) -> torch.Tensor:
+    """Index of the last true position of each row (-1 for a row with none).
+
+    Shape: mask (b, T) -> (b,), long.
+    """
+    T = mask.shape[-1]
+    return T - 1 - first_true_indices(mask.bool().flip(-1))
+
+
+def ppo_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
+                kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO rewards: a KL penalty on every token plus the sequence score on the last real token.
+
+    Shape: scores (b,), kl (b, T), mask (b, T) -> rewards (b, T), non_score_reward (b, T).
+    non_score_reward = -kl_coef * kl on real tokens (0 on padding); rewards = non_score_reward with
+    ``scores`` added at the last real token (the end-of-sequence token when there is one). A row with no
+    real token (cannot happen after generation, which emits at least one token) gets no score.
+    """
+    maskf = mask.to(kl.dtype)
+    non_score_reward = -kl_coef * kl * maskf
+    rewards = non_score_reward.clone()
+    last = last_true_indices(mask)
+    rows = torch.arange(rewards.shape[0], device=rewards.device)
+    has_token = last >= 0
+    rewards[rows[has_token], last[has_token]] += scores[has_token].to(rewards.dtype)
+    return rewards, non_score_reward
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
+        lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the completion tokens (Schulman et al. 2016).
+
+    Shape: rewards (b, T), values (b, T), mask (b, T) -> advantages (b, T), returns (b, T).
+    delta_t = r_t + gamma * V_{t+1} - V_t and A_t = delta_t + gamma * lam * A_{t+1}, backwards in t.
+    Padding: rewards and values past the last real token are zeroed first, so the last real token
+    bootstraps from V = 0 (the episode ends there) and nothing flows back from padding. Returns are
+    A_t + V_t (the value target); both outputs are 0 on padding.
+    """
+    maskf = mask.to(values.dtype)
+    rewards = rewards * maskf
+    values = values * maskf
+    T = rewards.shape[1]
+    advantages = torch.zeros_like(rewards)
+    next_advantage = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(T)):
+        next_value = values[:, t + 1] if t + 1 < T else torch.zeros_like(values[:, 0])
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        next_advantage = delta + gamma * lam * next_advantage
+        advantages[:, t] = next_advantage
+    advantages = advantages * maskf
+    returns = (advantages + values) * maskf
+    return advantages, returns
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                cliprange: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped surrogate loss, a token-level mean over real tokens.
+
+    Shape: logp, old_logp, advantages, mask (b, T) -> loss (), stats of scalars.
+    loss = mean(max(-A * ratio, -A * clip(ratio, 1 - c, 1 + c))) with ratio = exp(logp - old_logp).
+    stats: clipfrac (share of real tokens where the clipped term is the larger, i.e. active),
+    approx_kl = 0.5 * mean((logp - old_logp)^2) (the quadratic form of the N+ details / TRL's PPO,
+    not k3), ratio (mean policy ratio). All stats are detached.
+    """
+    log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    with torch.no_grad():
+        stats = {
+            "clipfrac": masked_mean((clipped > unclipped).float(), mask),
+            "approx_kl": 0.5 * masked_mean(log_ratio.float() ** 2, mask),
+            "ratio": masked_mean(ratio.float(), mask),
+        }
+    return loss, stats
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               cliprange_value: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped value loss, a token-level mean over real tokens.
+
+    Shape: values, old_values, returns, mask (b, T) -> loss (), stats of scalars.
+    v_clipped = old + clip(values - old, -c, c); loss = 0.5 * mean(max((values - R)^2, (v_clipped - R)^2)).
+    stats: vf_clipfrac (share of real tokens where the clipped error is the larger), detached.
+    """
+    v_clipped = old_values + torch.clamp(values - old_values, -cliprange_value, cliprange_value)
+    err_unclipped = (values - returns) ** 2
+    err_clipped = (v_clipped - returns) ** 2
+    loss = 0.5 * masked_mean(torch.maximum(err_unclipped, err_clipped), mask)
+    with torch.no_grad():
+        stats = {"vf_clipfrac": masked_mean((err_clipped > err_unclipped).float(), mask)}
+    return loss, stats
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4,
+                     std: Literal["unbiased", "population"] = "unbiased") -> torch.Tensor:
+    """GRPO's group-relative advantage: (r - group mean) / (group std + eps) for each completion.
+
+    Shape: rewards (n_prompts * G,) ordered group by group (the G completions of a prompt adjacent)
+    -> advantages (n_prompts * G,).
+    Defaults follow TRL's GRPOTrainer (unbiased std, eps 1e-4), so the suite engine's GRPO matches the
+    library's; ``std="population"`` divides by G instead of G - 1 (one of the seed texts' form).
+    A group whose G rewards are identical carries no signal: its advantages are exactly 0 (set
+    explicitly, so rounding in the mean cannot leave a tiny non-zero value, and no 0/0 appears).
+    Raises ValueError for G < 2 (a group of one has no relative advantage) or a size not divisible by G.
+    """
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 for group-relative advantages, got {group_size}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    if std not in ("unbiased", "population"):
+        raise ValueError(f"unknown std convention {std!r}; use 'unbiased' or 'population'")
+    grouped = rewards.reshape(-1, group_size).to(torch.float32)
+    mean = grouped.mean(dim=1, keepdim=True)
+    spread = grouped.std(dim=1, keepdim=True, correction=1 if std == "unbiased" else 0)
+    advantages = (grouped - mean) / (spread + eps)
+    constant = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
+    advantages = torch.where(constant, torch.zeros_like(advantages), advantages)
+    return advantages.reshape(-1).to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """1 - Var(returns - values) / Var(returns) over the real tokens (a scalar; 1 is a perfect critic).
+
+    Shape: values, returns, mask (b, T) -> (). NaN when the returns do not vary (undefined).
+    """
+    var_returns = masked_var(returns, mask, unbiased=False)
+    var_residual = masked_var(returns - values, mask, unbiased=False)
+    if var_returns == 0:
+        return torch.tensor(float("nan"), device=values.device)
+    return 1.0 - var_residual / var_returns
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical distribution at each position, in nats.
+
+    Shape: logits (b, T, V) -> (b, T). H = logsumexp(z) - sum(softmax(z) * z), computed in float32.
+    """
+    logits = logits.float()
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each token under the logits at its position.
+
+    Shape: logits (b, T, V), tokens (b, T) -> (b, T), nats, float32.
+    Computed as z[token] - logsumexp(z) instead of a full log_softmax, which would allocate another
+    (b, T, V) tensor; the logsumexp runs in float32 for bf16 models.
+    """
+    picked = torch.gather(logits, -1, tokens.unsqueeze(-1)).squeeze(-1).float()
+    return picked - torch.logsumexp(logits.float(), dim=-1)
+
+
+def first_true_indices(bools: torch.Tensor, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Index of the first true position of each row, or T for a row with none.
+
+    Shape: bools (b, T) -> (b,).
+    """
+    T = bools.shape[-1]
+    positions = torch.arange(T, device=bools.device, dtype=dtype)
+    not_true_penalty = T * (~bools.bool()).to(dtype)
+    return (positions + not_true_penalty).min(dim=-1).values
+
+
+def truncate_after_eos(tokens: torch.Tensor, eos_id: int | Sequence[int],
+                       pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut each completion after its first end-of-sequence token.
+
+    Shape: tokens (b, T) -> tokens (b, T), mask (b, T) bool.
+    The first EOS (any of ``eos_id`` when a list, e.g. an end-of-turn token and end-of-text) is kept
+    and counts as a real token (the policy chose to stop, so its log-prob is trained); everything after
+    it becomes ``pad_id`` and is masked out. A row with no EOS keeps all T tokens.
+    """
+    eos_ids = torch.as_tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), device=tokens.device)
+    is_eos = torch.isin(tokens, eos_ids)
+    first_eos = first_true_indices(is_eos)
+    positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
+    mask = positions <= first_eos.unsqueeze(1)
+    return torch.where(mask, tokens, torch.full_like(tokens, pad_id)), mask

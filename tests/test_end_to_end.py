@@ -1,0 +1,139 @@
+"""End to end on cpu-quick: the real CLI, every stage and method in its own worker, then the report.
+
+One suite run (about two minutes on 2 cores) is shared by the tests of this module.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REQUIRED_COLUMNS = ["method", "seed", "status", "accuracy_before", "accuracy_after", "accuracy_after_low",
+                    "accuracy_after_high", "peak_memory_bytes", "memory_source", "completions_per_s",
+                    "tokens_per_s", "wall_s"]
+METHODS = ["grpo", "grpo_engine", "ppo", "ppo_verifier", "dpo"]
+ONLINE = ["grpo", "grpo_engine", "ppo", "ppo_verifier"]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("e2e")
+    out = root / "reports" / "quick"
+    env = dict(os.environ, BENCH_CACHE_DIR=str(root / "cache"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=1200, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "report:" in proc.stderr
+    return out
+
+
+def result(suite: Path, run_id: str) -> dict:
+    return json.loads((suite / "runs" / run_id / "result.json").read_text())
+
+
+def test_every_run_finished_ok(suite: Path) -> None:
+    planned = json.loads((suite / "suite.json").read_text())["runs"]
+    assert planned == ["warm_start", "sample_pool", "reward_model"] + [f"{m}-s0" for m in METHODS]
+    for run_id in planned:
+        data = result(suite, run_id)
+        assert data["status"] == "ok", (run_id, data["error"])
+
+
+def test_report_files_exist_and_latest_points_here(suite: Path) -> None:
+    for name in ("index.html", "summary.md", "results.csv"):
+        assert (suite / name).stat().st_size > 0
+    pngs = list((suite / "figures").glob("*.png"))
+    assert {"accuracy_strict.png", "throughput.png", "phases.png"} <= {p.name for p in pngs}
+    assert any(p.name.startswith("memory_") for p in pngs)
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (suite.parent / "latest").resolve() == suite.resolve()
+
+
+def test_results_csv_has_the_columns_and_sane_values(suite: Path) -> None:
+    with open(suite / "results.csv", newline="") as handle:
+        reader = csv.DictReader(handle)
+        assert reader.fieldnames[: len(REQUIRED_COLUMNS)] == REQUIRED_COLUMNS
+        rows = list(reader)
+    assert sorted(r["method"] for r in rows) == sorted(METHODS)
+    for row in rows:
+        assert row["status"] == "ok" and row["seed"] == "0"
+        before, after = float(row["accuracy_before"]), float(row["accuracy_after"])
+        low, high = float(row["accuracy_after_low"]), float(row["accuracy_after_high"])
+        assert 0.0 <= before <= 1.0 and 0.0 <= low <= after <= high <= 1.0
+        assert row["memory_source"] == "cpu-rss"  # no GPU here: never a CUDA number
+        assert int(float(row["peak_memory_bytes"])) > 50 * 2**20
+        assert float(row["wall_s"]) > 0
+        if row["method"] in ONLINE:
+            assert float(row["completions_per_s"]) > 0 and float(row["tokens_per_s"]) > 0
+    befores = {row["accuracy_before"] for row in rows}
+    assert len(befores) == 1  # every method starts from the same checkpoint, evaluated once
+
+
+def test_matched_sampling_budget(suite: Path) -> None:
+    spec = json.loads((suite / "suite.json").read_text())["spec"]
+    per_step = spec["train"]["prompts_per_step"] * spec["train"]["group_size"]
+    for method in ONLINE:
+        data = result(suite, f"{method}-s0")
+        assert data["throughput"]["completions"] == per_step * spec["train"]["steps"], method
+
+
+def test_every_method_has_phase_times_and_labelled_memory(suite: Path) -> None:
+    for method in METHODS:
+        data = result(suite, f"{method}-s0")
+        phases = data["phases"]
+        assert phases["update"]["time_s"] > 0
+        if method in ONLINE:
+            assert phases["generation"]["time_s"] > 0 and phases["reward"]["count"] > 0
+        for name, reading in data["memory"]["phases"].items():
+            assert reading["source"] == "cpu-rss" and reading["peak_bytes"] > 0, name
+        train_phase_s = sum(v["time_s"] for k, v in phases.items() if k != "evaluation")
+        step_s = sum(data_steps(data))
+        assert step_s > 0
+        assert abs(train_phase_s - step_s) <= 0.10 * step_s, (method, train_phase_s, step_s)
+
+
+def data_steps(data: dict) -> list[float]:
+    return data["throughput"]["step_times_s"]
+
+
+def test_ppo_holds_four_networks_and_grpo_engine_two(suite: Path) -> None:
+    ppo = result(suite, "ppo-s0")["memory"]["networks"]
+    assert set(ppo) == {"actor", "critic", "reward", "reference"}
+    for role, entry in ppo.items():
+        assert entry["params"] > 0 and entry["weight_bytes"] >= 4 * entry["params"] * 0.99, role
+    assert ppo["reference"]["grad_bytes"] == 0 and ppo["reward"]["optimizer_bytes"] == 0
+    assert ppo["actor"]["optimizer_bytes"] > 0 and ppo["critic"]["optimizer_bytes"] > 0
+    assert set(result(suite, "ppo_verifier-s0")["memory"]["networks"]) == {"actor", "critic", "reference"}
+    assert set(result(suite, "grpo_engine-s0")["memory"]["networks"]) == {"actor", "reference"}
+    for method in ("ppo", "ppo_verifier", "grpo_engine"):
+        for point in result(suite, f"{method}-s0")["curves"]:
+            for key in ("loss", "kl"):
+                if key in point:
+                    assert point[key] == point[key] and abs(point[key]) < 1e6, (method, key)  # finite
+
+
+def test_stage_results_are_recorded(suite: Path) -> None:
+    rm = result(suite, "reward_model")["metrics"]
+    assert 0.0 <= rm["heldout_pair_accuracy"] <= 1.0 and rm["train_pairs"] > 0
+    pool = result(suite, "sample_pool")["metrics"]
+    assert pool["pairs"] > 0
+
+
+def test_html_escapes_model_text(suite: Path, tmp_path: Path) -> None:
+    run_file = suite / "runs" / "grpo-s0" / "result.json"
+    data = json.loads(run_file.read_text())
+    data["samples"][0]["completion"] = "<script>alert('x')</script> <answer>7</answer>"
+    run_file.write_text(json.dumps(data))
+    proc = subprocess.run([sys.executable, "-m", "bench", "report", str(suite)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    html = (suite / "index.html").read_text()
+    assert "&lt;script&gt;alert(" in html
+    assert "<script>alert(" not in html

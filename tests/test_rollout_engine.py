@@ -1,0 +1,246 @@
+"""End-to-end runs of the suite engine (PPO with a reward model, PPO with the verifier, GRPO) on a tiny model.
+
+Everything is built in a temporary folder: a byte-level BPE tokenizer trained on a few arithmetic strings, a
+random Qwen2 causal LM (hidden 32, 2 layers) and a random one-label Qwen2 reward model. No network access.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.context import RunContext
+from bench.spec import MethodSpec, Spec
+
+STEPS, PROMPTS, G, NEW_TOKENS = 3, 2, 4, 8
+
+
+class FakeTelemetry:
+    """The members the engine uses: phase(), step_begin/end(), counters."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, int] = {"completions": 0, "generated_tokens": 0}
+        self.phases: list[str] = []
+        self.steps_begun = 0
+        self.steps_ended = 0
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        self.phases.append(name)
+        yield
+
+    def step_begin(self) -> None:
+        self.steps_begun += 1
+
+    def step_end(self) -> None:
+        self.steps_ended += 1
+
+
+def _rows(n: int) -> list[dict[str, str]]:
+    rng = random.Random(0)
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(1, 20), rng.randint(1, 20)
+        rows.append({"prompt": f"Question: What is {a} + {b}?\nAnswer: ", "answer": str(a + b),
+                     "question": f"What is {a} + {b}?"})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory) -> tuple[Path, Path]:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import (AutoConfig, AutoModelForSequenceClassification, PreTrainedTokenizerFast, Qwen2Config,
+                              Qwen2ForCausalLM)
+
+    root = tmp_path_factory.mktemp("engine_models")
+    corpus = [r["prompt"] + f"<think>{r['answer']}</think> <answer>{r['answer']}</answer>" for r in _rows(200)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=200, special_tokens=["<pad>", "<eos>", "<bos>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                        show_progress=False))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>")
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
+                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    torch.manual_seed(0)
+    policy = Qwen2ForCausalLM(config)
+    policy.generation_config.pad_token_id = tokenizer.pad_token_id
+    policy.generation_config.eos_token_id = tokenizer.eos_token_id
+    policy_dir = root / "policy"
+    policy.save_pretrained(policy_dir)
+    tokenizer.save_pretrained(policy_dir)
+
+    rm_config = AutoConfig.from_pretrained(policy_dir)
+    rm_config.num_labels = 1  # transformers 5.x: set on a config copy, not as a from_config keyword
+    rm_config.pad_token_id = tokenizer.pad_token_id
+    reward_model = AutoModelForSequenceClassification.from_config(rm_config)
+    rm_dir = root / "reward_model"
+    reward_model.save_pretrained(rm_dir)
+    tokenizer.save_pretrained(rm_dir)
+    return policy_dir, rm_dir
+
+
+def _context(tmp_path: Path, model_dirs: tuple[Path, Path], method: str, method_spec: MethodSpec) -> RunContext:
+    policy_dir, rm_dir = model_dirs
+    spec = Spec()
+    spec.train.steps = STEPS
+    spec.train.prompts_per_step = PROMPTS
+    spec.train.group_size = G
+    spec.train.log_every = 1
+    spec.train.learning_rate = 1e-3  # large enough that every weight visibly moves in three steps
+    spec.generation.max_new_tokens = NEW_TOKENS
+    spec.methods[method] = method_spec
+    progress: list[tuple[int, int]] = []
+    ctx = RunContext(
+        spec=spec, method=method, method_spec=method_spec, seed=0, run_dir=tmp_path, device="cpu",
+        init_model_dir=policy_dir, train_rows=_rows(5), telemetry=FakeTelemetry(),
+        progress=lambda step, total, metrics: progress.append((step, total)),
+        reward_model_dir=rm_dir if method_spec.reward == "model" else None,
+    )
+    ctx.stage_outputs["progress"] = progress
+    return ctx
+
+
+def _initial_weights(policy_dir: Path) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    return {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(policy_dir).state_dict().items()}
+
+
+def _check_common(ctx: RunContext, outcome, initial: dict[str, torch.Tensor], roles: set[str]) -> None:
+    tel = ctx.telemetry
+    assert set(outcome.networks) == roles
+    assert outcome.completions == STEPS * PROMPTS * G
+    assert tel.counters["completions"] == STEPS * PROMPTS * G
+    assert 0 < outcome.generated_tokens <= STEPS * PROMPTS * G * NEW_TOKENS
+    assert tel.steps_begun == tel.steps_ended == STEPS
+    assert ctx.stage_outputs["progress"] == [(s, STEPS) for s in range(1, STEPS + 1)]
+    m = ctx.method_spec
+    assert outcome.steps == STEPS * m.ppo_epochs * m.minibatches
+    assert outcome.trained_tokens and outcome.trained_tokens > 0
+    assert [p["step"] for p in outcome.log_history] == list(range(1, STEPS + 1))
+    for point in outcome.log_history:
+        for key in ("reward", "reward_std", "accuracy_reward", "format_reward", "kl", "loss", "clipfrac",
+                    "approx_kl", "entropy", "completion_length", "eos_rate", "learning_rate"):
+            assert math.isfinite(point[key]), (key, point)
+    # the actor moved, the reference did not
+    actor = outcome.networks["actor"].state_dict()
+    assert any(not torch.equal(actor[k], initial[k]) for k in initial)
+    if "reference" in outcome.networks:
+        reference = outcome.networks["reference"].state_dict()
+        assert all(torch.equal(reference[k], initial[k]) for k in initial)
+        assert not any(p.requires_grad for p in outcome.networks["reference"].parameters())
+    assert outcome.policy is outcome.networks["actor"]
+    assert hasattr(outcome.policy, "generate")
+
+
+def test_ppo_with_reward_model(tmp_path, model_dirs):
+    from baselines import ppo
+
+    ctx = _context(tmp_path, model_dirs, "ppo", MethodSpec(reward="model"))
+    initial = _initial_weights(model_dirs[0])
+    outcome = ppo.train(ctx)
+    _check_common(ctx, outcome, initial, {"actor", "critic", "reward", "reference"})
+    assert set(outcome.optimizers) == {"actor", "critic"}
+    assert not any(p.requires_grad for p in outcome.networks["reward"].parameters())
+    for point in outcome.log_history:
+        for key in ("value_loss", "vf_clipfrac", "non_score_reward", "rm_score", "explained_variance"):
+            assert key in point
+        assert math.isfinite(point["value_loss"])
+    assert set(ctx.telemetry.phases) == {"generation", "reward", "reference", "critic", "update"}
+    assert outcome.settings["reward_source"] == "model" and outcome.settings["critic_init"] == "policy"
+    assert ppo.networks_for(ctx.method_spec, 0.04) == ("actor", "critic", "reward", "reference")
+
+
+def test_ppo_with_verifier_and_reward_model_critic(tmp_path, model_dirs):
+    from baselines import ppo
+
+    # critic_init=reward_model with the verifier reward: the critic starts from the reward model, which itself
+    # is not kept resident (no 'reward' role).
+    ctx = _context(tmp_path, model_dirs, "ppo_verifier", MethodSpec(reward="verifier", critic_init="reward_model"))
+    ctx.reward_model_dir = model_dirs[1]
+    initial = _initial_weights(model_dirs[0])
+    outcome = ppo.train(ctx)
+    _check_common(ctx, outcome, initial, {"actor", "critic", "reference"})
+    assert outcome.settings["reward_source"] == "verifier"
+    assert ppo.networks_for(ctx.method_spec, 0.04) == ("actor", "critic", "reference")
+
+
+def test_grpo_engine(tmp_path, model_dirs):
+    from baselines import grpo_engine
+
+    ctx = _context(tmp_path, model_dirs, "grpo_engine", MethodSpec(ppo_epochs=1, minibatches=2))
+    initial = _initial_weights(model_dirs[0])
+    outcome = grpo_engine.train(ctx)
+    _check_common(ctx, outcome, initial, {"actor", "reference"})
+    assert set(outcome.optimizers) == {"actor"}
+    assert "critic" not in ctx.telemetry.phases
+    for point in outcome.log_history:
+        assert 0.0 <= point["zero_std_groups"] <= 1.0
+        assert point["kl"] >= 0.0  # k3
+    assert outcome.settings["kl_placement"] == "loss term beta * k3"
+
+
+def test_grpo_engine_single_update_reuses_logp_and_beta_zero_drops_reference(tmp_path, model_dirs):
+    from baselines import grpo_engine
+
+    ctx = _context(tmp_path, model_dirs, "grpo_engine", MethodSpec(ppo_epochs=1, minibatches=1, beta=0.0))
+    ctx.spec.train.steps = 1
+    outcome = grpo_engine.train(ctx)
+    assert set(outcome.networks) == {"actor"}
+    assert "reference" not in ctx.telemetry.phases
+    assert outcome.log_history[0]["clipfrac"] == 0.0 and outcome.log_history[0]["kl"] == 0.0
+
+
+def test_bad_minibatches_is_a_user_error(tmp_path, model_dirs):
+    from baselines import rollout_engine
+    from bench.errors import UserError
+
+    ctx = _context(tmp_path, model_dirs, "ppo_verifier", MethodSpec(reward="verifier", minibatches=3))
+    with pytest.raises(UserError, match="minibatches"):
+        rollout_engine.engine_settings(ctx, "ppo")
+    ctx = _context(tmp_path, model_dirs, "ppo", MethodSpec(reward="model"))
+    ctx.reward_model_dir = None
+    with pytest.raises(UserError, match="reward model"):
+        rollout_engine.engine_settings(ctx, "ppo")
+
+
+def test_logprobs_match_the_sampling_distribution(tmp_path, model_dirs):
+    """old_logp must be the log-prob under the distribution that sampled the token: same positions with left
+    padding, logits / temperature, and the same value from the training-mode minibatch forward."""
+    from baselines import rl_math as M
+    from baselines.rollout_engine import RolloutEngine, policy_forward, sequence_inputs
+
+    ctx = _context(tmp_path, model_dirs, "ppo_verifier", MethodSpec(reward="verifier"))
+    ctx.spec.generation.temperature = 0.7
+    engine = RolloutEngine(ctx, "ppo")
+    actor, tok = engine.nets.actor, engine.tokenizer
+    prompts = ["Question: What is 1 + 2?\nAnswer: ", "Question: What is 13 + 17?\nAnswer: 3"]  # unequal lengths
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    assert (enc["attention_mask"][:, 0] == 0).any()  # some left padding is exercised
+    torch.manual_seed(0)
+    out = actor.generate(**enc, do_sample=True, max_new_tokens=NEW_TOKENS, temperature=0.7, top_p=1.0, top_k=0,
+                         pad_token_id=tok.pad_token_id, eos_token_id=engine.eos_ids, output_logits=True,
+                         return_dict_in_generate=True)
+    completion, mask = M.truncate_after_eos(out.sequences[:, enc["input_ids"].shape[1]:], engine.eos_ids,
+                                            tok.pad_token_id)
+    raw_logits = torch.stack(out.logits, dim=1)  # (b, T, V) unprocessed logits of each sampling step
+    sampled = M.logprobs_from_logits(raw_logits / 0.7, completion)
+    inputs = sequence_inputs(enc["input_ids"], enc["attention_mask"], completion, mask)
+    actor.eval()
+    with torch.no_grad():
+        logp, _ = policy_forward(actor, *inputs, completion, 0.7)
+        actor.train()
+        order = torch.tensor([1, 0])
+        logp_train, _ = policy_forward(actor, *(x[order] for x in inputs), completion[order], 0.7)
+    assert torch.allclose(logp[mask], sampled[mask], atol=1e-4)
+    assert torch.allclose(logp_train[mask[order]], logp[order][mask[order]], atol=1e-5)
