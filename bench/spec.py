@@ -253,6 +253,8 @@ class MethodSpec:
 
 
 DEFAULT_METHODS = ("grpo", "grpo_engine", "ppo", "ppo_verifier", "dpo")
+ENGINE_METHODS = ("grpo_engine", "ppo", "ppo_verifier")
+"""Methods on the suite's own rollout engine (they read ppo_epochs / minibatches / clip settings)."""
 
 
 def _default_methods() -> dict[str, MethodSpec]:
@@ -537,7 +539,7 @@ def validate(spec: Spec) -> None:
              f"relative advantage), got {t.group_size}; set train.group_size=4 or disable those methods")
     for name in enabled:
         m = spec.methods[name]
-        if name.startswith("ppo"):
+        if name in ENGINE_METHODS:
             need(spec.completions_per_step % m.minibatches == 0,
                  f"completions per step ({spec.completions_per_step} = train.prompts_per_step x train.group_size) "
                  f"must divide by 'methods.{name}.minibatches' ({m.minibatches}); choose a divisor")

@@ -432,3 +432,22 @@ def test_grpo_trainer_instrumented(tmp_path: Path) -> None:
     assert any("rewards/length_reward/mean" in row for row in trainer.state.log_history)
     assert s["memory"]["source"] == "cpu-rss" and s["memory"]["peak_bytes"] >= s["memory"]["baseline_bytes"]
     assert {"generation", "update"} <= set(s["memory"]["phases"])
+
+
+def test_requires_grad_network_outside_every_optimizer_counts_as_frozen() -> None:
+    """TRL leaves requires_grad on for its reference copy; it is never updated, so no grad/optimizer bytes."""
+    import torch
+    from torch import nn
+
+    from bench.telemetry import account_networks
+
+    actor, reference = nn.Linear(4, 3), nn.Linear(4, 3)
+    assert all(p.requires_grad for p in reference.parameters())
+    optimizer = torch.optim.AdamW(actor.parameters())
+    actor(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    result = account_networks({"actor": actor, "reference": reference}, {"actor": optimizer})
+    assert result["reference"]["grad_bytes"] == 0 and result["reference"]["trainable_params"] == 0
+    assert result["reference"]["optimizer_bytes"] == 0
+    assert result["actor"]["grad_bytes"] == 15 * 4 and result["actor"]["trainable_params"] == 15
+    assert result["actor"]["optimizer_bytes"] >= 2 * 15 * 4

@@ -53,7 +53,8 @@ def account_networks(
         Per role::
 
             {"params": int,             # elements of the parameters counted for this role
-             "trainable_params": int,   # of which requires_grad=True (LoRA adapters, full fine-tuning)
+             "trainable_params": int,   # of which trained: requires_grad and, when optimizers are given,
+                                       # updated by one of them (LoRA adapters, full fine-tuning)
              "weight_bytes": int,       # parameters only; buffers (rotary tables, ...) are in buffer_bytes
              "buffer_bytes": int,       # registered buffers, not counted as weights
              "grad_bytes": int,         # see below
@@ -74,6 +75,7 @@ def account_networks(
     """
     # One lookup from parameter identity to optimizer state, over every distinct optimizer.
     state_by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    optimized: set[tuple[Any, ...]] = set()  # identity keys of every parameter some optimizer updates
     seen_optimizers: set[int] = set()
     for optimizer in (optimizers or {}).values():
         if optimizer is None or id(optimizer) in seen_optimizers:
@@ -82,6 +84,17 @@ def account_networks(
         for param, state in optimizer.state.items():
             for key in _param_keys(param):
                 state_by_key.setdefault(key, state)
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                optimized.update(_param_keys(param))
+
+    def is_trained(param: "torch.Tensor", keys: list[tuple[Any, ...]]) -> bool:
+        # With optimizers given, "trainable" means "some optimizer updates it": libraries leave
+        # requires_grad on for networks they never train (TRL's reference copies), and those hold
+        # no gradient or optimizer state in steady state.
+        if not param.requires_grad:
+            return False
+        return not seen_optimizers or any(key in optimized for key in keys)
 
     counted: set[tuple[Any, ...]] = set()  # parameters and buffers already attributed to a role
     result: dict[str, dict[str, Any]] = {}
@@ -112,12 +125,13 @@ def account_networks(
             numel = int(param.numel())
             entry["params"] += numel
             entry["weight_bytes"] += _tensor_bytes(param)
+            trained = is_trained(param, keys)
             if param.grad is not None:
                 entry["grad_bytes"] += _tensor_bytes(param.grad)
-            elif param.requires_grad:
+            elif trained:
                 entry["grad_bytes"] += _tensor_bytes(param)  # projected: the grad it will hold
                 entry["grad_materialized"] = False
-            if param.requires_grad:
+            if trained:
                 entry["trainable_params"] += numel
             state = next((state_by_key[k] for k in keys if k in state_by_key), None)
             if state:
@@ -125,7 +139,7 @@ def account_networks(
                     _tensor_bytes(value) for value in state.values() if _is_tensor(value)
                 )
                 trainable_with_state += 1
-            elif param.requires_grad:
+            elif trained:
                 trainable_without_state += 1
         for buffer in module.buffers():
             keys = _param_keys(buffer)
