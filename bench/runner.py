@@ -16,7 +16,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -51,32 +53,28 @@ def run_inputs(suite_dir: Path, run: PlannedRun) -> dict[str, str | None]:
 
 
 class Progress:
-    """Progress lines: which run of how many, step of how many, elapsed and ETA.
+    """Progress lines for one run: which run of how many, step of how many, elapsed and ETA.
 
-    On a terminal the line is rewritten in place; in a log (CI) a line is printed every 10% or 30 s.
+    With ``inplace`` (a terminal, one run at a time) the line is rewritten in place; otherwise (a log, CI,
+    or several runs at once) a line is printed every 10% or 30 s. ``lock`` is shared by concurrent runs.
     """
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.last_print = 0.0
-        self.last_fraction = -1.0
-
-    def start(self, index: int, total: int, run: PlannedRun) -> None:
+    def __init__(self, stream: TextIO, lock: threading.Lock, inplace: bool, index: int, total: int,
+                 run: PlannedRun) -> None:
+        self.stream, self.lock, self.inplace = stream, lock, inplace
         self.prefix = f"[{index}/{total}] {run.run_id}"
         self.started = time.monotonic()
         self.last_print, self.last_fraction = 0.0, -1.0
-        self._write(f"{self.prefix}: {run.label} ...", final=not self.tty)
+        self._write(f"{self.prefix}: {run.label} ...", final=not inplace)
 
     def update(self, step: int, total: int, metrics: dict[str, float]) -> None:
         elapsed = time.monotonic() - self.started
         fraction = step / total if total else 0.0
-        eta = elapsed / fraction - elapsed if fraction > 0 else float("nan")
+        eta = f"{elapsed / fraction - elapsed:4.0f}s" if fraction > 0 else "?"
         shown = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-        line = (f"{self.prefix}: step {step}/{total} ({fraction:4.0%}) {shown} | {elapsed:5.0f}s elapsed, "
-                f"ETA {eta:4.0f}s")
+        line = f"{self.prefix}: step {step}/{total} ({fraction:4.0%}) {shown} | {elapsed:5.0f}s elapsed, ETA {eta}"
         now = time.monotonic()
-        if self.tty:
+        if self.inplace:
             if now - self.last_print > 0.2 or step == total:
                 self._write(line, final=False)
                 self.last_print = now
@@ -88,11 +86,12 @@ class Progress:
         self._write(f"{self.prefix}: {message} ({time.monotonic() - self.started:.0f}s)", final=True)
 
     def _write(self, line: str, final: bool) -> None:
-        if self.tty:
-            self.stream.write("\r\033[K" + line + ("\n" if final else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        with self.lock:
+            if self.inplace:
+                self.stream.write("\r\033[K" + line + ("\n" if final else ""))
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
 
 
 def launch_worker(run_dir: Path, progress: Progress) -> int:
@@ -174,38 +173,52 @@ def _changed_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path | None = None,
               stream: TextIO = sys.stderr) -> Path:
-    """Run every planned run in order and build the report. Returns the suite folder."""
+    """Run every planned run and build the report. Returns the suite folder.
+
+    Stages run one at a time, in order; then the method runs, ``spec.parallel_runs`` at a time.
+    """
     runs = make_plan(spec)
     prepare_suite_dir(spec, suite_dir, runs, resume)
-    progress = Progress(stream)
+    lock = threading.Lock()
+    inplace = stream.isatty() and spec.parallel_runs == 1
     suite_start = time.monotonic()
-    try:
-        for index, run in enumerate(runs, 1):
-            run_dir = suite_dir / "runs" / run.run_id
-            run_dir.mkdir(parents=True, exist_ok=True)
-            progress.start(index, len(runs), run)
-            if resume and is_complete(run_dir):
-                progress.finish("already complete, skipped (--resume)")
-                continue
-            (run_dir / "result.json").unlink(missing_ok=True)
-            unmet = [need for need in run.needs if not is_complete(suite_dir / "runs" / need)]
-            if unmet:
-                record_failure(run_dir, run, spec, "PrerequisiteFailed", f"stage {', '.join(unmet)} did not finish")
-                progress.finish(f"skipped: stage {', '.join(unmet)} did not finish")
-                continue
-            write_json_atomic(run_dir / RUN_FILE, {
-                "run_id": run.run_id, "kind": run.kind, "name": run.name, "label": run.label, "engine": run.engine,
-                "seed": run.seed, "spec": spec.to_dict(), "inputs": run_inputs(suite_dir, run),
-                "repo_dir": str(repo_dir) if repo_dir else None,
-            })
-            status = launch_worker(run_dir, progress)
+
+    def execute(index: int, run: PlannedRun) -> None:
+        run_dir = suite_dir / "runs" / run.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        progress = Progress(stream, lock, inplace, index, len(runs), run)
+        if resume and is_complete(run_dir):
+            progress.finish("already complete, skipped (--resume)")
+            return
+        (run_dir / "result.json").unlink(missing_ok=True)
+        unmet = [need for need in run.needs if not is_complete(suite_dir / "runs" / need)]
+        if unmet:
+            record_failure(run_dir, run, spec, "PrerequisiteFailed", f"stage {', '.join(unmet)} did not finish")
+            progress.finish(f"skipped: stage {', '.join(unmet)} did not finish")
+            return
+        write_json_atomic(run_dir / RUN_FILE, {
+            "run_id": run.run_id, "kind": run.kind, "name": run.name, "label": run.label, "engine": run.engine,
+            "seed": run.seed, "spec": spec.to_dict(), "inputs": run_inputs(suite_dir, run),
+            "repo_dir": str(repo_dir) if repo_dir else None,
+        })
+        status = launch_worker(run_dir, progress)
+        result = read_result(run_dir)
+        if result is None:
+            record_failure(run_dir, run, spec, "WorkerDied",
+                           f"the worker exited with status {status} without a result (killed, or out of memory?); "
+                           f"log: {_log_tail(run_dir)}")
             result = read_result(run_dir)
-            if result is None:
-                record_failure(run_dir, run, spec, "WorkerDied",
-                               f"the worker exited with status {status} without a result (killed, or out of memory?); "
-                               f"log: {_log_tail(run_dir)}")
-                result = read_result(run_dir)
-            progress.finish(_outcome_line(result))
+        progress.finish(_outcome_line(result))
+
+    try:
+        numbered = list(enumerate(runs, 1))
+        for index, run in numbered:
+            if run.kind == "stage":
+                execute(index, run)
+        methods = [(index, run) for index, run in numbered if run.kind != "stage"]
+        with ThreadPoolExecutor(max_workers=spec.parallel_runs) as pool:
+            for future in [pool.submit(execute, index, run) for index, run in methods]:
+                future.result()
     except KeyboardInterrupt:
         stream.write("\ninterrupted: building the report from the runs that finished\n")
     finally:

@@ -280,7 +280,12 @@ class Spec:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train; auto picks cuda when available."""
     threads: int = 0
-    """torch CPU threads (0: torch's default)."""
+    """torch CPU threads per run (0: torch's default)."""
+    parallel_runs: int = 1
+    """Method runs executed at the same time (stages always run one at a time). Above 1 only for CPU
+    presets on machines whose cores would otherwise idle (tiny models, threads: 1): concurrent runs share
+    the machine, so their throughput numbers are comparable with each other only approximately, and the
+    report says so."""
     model: ModelSpec = field(default_factory=ModelSpec)
     task: TaskSpec = field(default_factory=TaskSpec)
     generation: GenerationSpec = field(default_factory=GenerationSpec)
@@ -529,6 +534,10 @@ def validate(spec: Spec) -> None:
     need(rm.epochs >= 1, f"'reward_model.epochs' must be >= 1, got {rm.epochs}")
     need(spec.telemetry.sample_interval_ms > 0,
          f"'telemetry.sample_interval_ms' must be > 0, got {spec.telemetry.sample_interval_ms}")
+    need(spec.parallel_runs >= 1, f"'parallel_runs' must be >= 1, got {spec.parallel_runs}")
+    need(spec.parallel_runs == 1 or spec.device == "cpu",
+         f"'parallel_runs' > 1 needs device=cpu: runs sharing a GPU would mix their memory readings; "
+         f"set parallel_runs=1")
     need(spec.threads >= 0, f"'threads' must be >= 0 (0 = torch default), got {spec.threads}")
     enabled = spec.enabled_methods()
     need(bool(enabled), "no method is enabled; enable one, e.g. methods.grpo.enabled=true")

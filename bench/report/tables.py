@@ -218,6 +218,12 @@ def notes(suite: Suite) -> list[str]:
         "training loop; wall time is the whole worker (load + train + evaluation).",
         "Memory readings from different sources are not comparable and are never charted together.",
     ]
+    parallel = (suite.spec or {}).get("parallel_runs", 1) or 1
+    if parallel > 1:
+        threads = (suite.spec or {}).get("threads") or "default"
+        out.append(f"Concurrency: method runs shared this machine, {parallel} at a time ({threads} torch thread(s) "
+                   f"each), so their throughput and time figures carry each other's load and compare only "
+                   f"approximately; set parallel_runs=1 for clean timings.")
     for source in memory_sources(suite):
         out.append(f"Memory source `{source}`: {SOURCE_NOTES.get(source, 'see the run environment')}.")
     out.append("A reading shown as 'not measured' was not taken; it is not zero.")
