@@ -570,8 +570,6 @@ def validate(spec: Spec) -> None:
         looks_local = spec.task.path.startswith((".", "/", "~")) or path.suffix in (".jsonl", ".parquet", ".json")
         need(not looks_local or path.expanduser().exists(),
              f"'task.path' '{spec.task.path}' does not exist; give an existing file or folder, or a hub id like openai/gsm8k")
-    elif spec.model.source != "tiny":
-        pass
     if spec.model.source == "tiny":
         need(spec.task.source == "synthetic",
              "model.source 'tiny' builds its tokenizer from the synthetic task; use task.source=synthetic or a real model")
