@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `bench run --dry-run | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

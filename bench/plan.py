@@ -55,13 +55,14 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
     t = spec.train
     lines = [
         f"preset {spec.name}: {spec.description}",
-        f"model: {spec.model.source} {spec.model.name_or_path or ''}".rstrip(),
-        f"task: {spec.task.source} {spec.task.path or ''}; {spec.task.train_size} train prompts, "
-        f"{spec.task.test_size} test questions".replace("  ", " "),
+        f"model: {spec.model.source}" + (f" {spec.model.name_or_path}" if spec.model.name_or_path else ""),
+        f"task: {spec.task.source}" + (f" {spec.task.path}" if spec.task.path else "")
+        + f"; {spec.task.train_size} train prompts, {spec.task.test_size} test questions",
         f"matched budget: {t.steps} steps x {t.prompts_per_step} prompts x G={t.group_size} = "
         f"{spec.completions_per_step} completions/step, {spec.generation.max_new_tokens} new tokens, "
         f"temperature {spec.generation.temperature}, lr {t.learning_rate}",
-        f"{len(runs)} runs:",
+        f"{len(runs)} runs (stages one at a time, then {spec.parallel_runs} method run(s) at a time, "
+        f"{spec.threads or 'default'} torch thread(s) each):",
     ]
     for i, run in enumerate(runs, 1):
         after = f" (after {', '.join(run.needs)})" if run.needs else ""
