@@ -78,6 +78,30 @@ from bench.rewards import degenerate_stats, score_completion
 Mode = Literal["ppo", "grpo"]
 
 
+class CallbackEvents:
+    """Calls ``transformers.TrainerCallback`` hooks in the Trainer's order, so that the same callbacks
+    (telemetry's step timer, the progress reporter) attach to this engine as to TRL's trainers.
+
+    Hooks fired: on_train_begin, then per rollout step on_step_begin, on_step_end, on_log (every
+    ``log_every`` steps), and on_train_end. The optimizer-step hooks are not fired: the engine reports its
+    update phase itself.
+    """
+
+    def __init__(self, ctx: RunContext, total_steps: int) -> None:
+        from transformers import TrainerControl, TrainerState, TrainingArguments
+
+        from baselines.common import ProgressCallback
+
+        self.args = TrainingArguments(output_dir=str(ctx.run_dir / "engine"), report_to=[], use_cpu=ctx.device == "cpu")
+        self.state = TrainerState(max_steps=total_steps)
+        self.control = TrainerControl()
+        self.callbacks = [ctx.telemetry.trainer_callback(), ProgressCallback(ctx, total_steps)]
+
+    def fire(self, event: str, **kwargs: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, event)(self.args, self.state, self.control, **kwargs)
+
+
 # ----------------------------------------------------------------------------------------------
 # Settings: everything the loop reads, resolved once from the spec (CleanRL's Args)
 
@@ -437,19 +461,24 @@ class RolloutEngine:
     # -- the loop --------------------------------------------------------------------------------
     def train(self) -> TrainOutcome:
         """Run ``steps`` rollout + update iterations and hand back the outcome."""
-        s, tel = self.s, self.ctx.telemetry
+        s = self.s
         log_history: list[dict[str, float]] = []
         per_step: list[dict[str, float]] = []
+        events = CallbackEvents(self.ctx, s.steps)  # telemetry and progress attach as for the TRL trainers
+        events.fire("on_train_begin")
         for step in range(1, s.steps + 1):
-            tel.step_begin()
+            events.fire("on_step_begin")
             batch = self.rollout(step)
             update_logs = self.learn(batch)
-            tel.step_end()
+            events.state.global_step = step
+            events.fire("on_step_end")
             metrics = {"step": step, **batch.logs, **update_logs}
             per_step.append(metrics)
             if step % s.log_every == 0 or step == s.steps:
                 log_history.append(metrics)
-            self.ctx.progress(step, s.steps, metrics)
+                events.state.log_history.append(metrics)
+                events.fire("on_log", logs=metrics)
+        events.fire("on_train_end")
         return self.outcome(log_history, per_step)
 
     # -- rollout ---------------------------------------------------------------------------------

@@ -61,8 +61,8 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
         f"matched budget: {t.steps} steps x {t.prompts_per_step} prompts x G={t.group_size} = "
         f"{spec.completions_per_step} completions/step, {spec.generation.max_new_tokens} new tokens, "
         f"temperature {spec.generation.temperature}, lr {t.learning_rate}",
-        f"{len(runs)} runs (stages one at a time, then {spec.parallel_runs} method run(s) at a time, "
-        f"{spec.threads or 'default'} torch thread(s) each):",
+        f"{len(runs)} runs (stages one at a time, then {spec.parallel_runs} method run(s) at a time"
+        + (f", {spec.threads} torch thread(s) each):" if spec.threads else "):"),
     ]
     for i, run in enumerate(runs, 1):
         after = f" (after {', '.join(run.needs)})" if run.needs else ""

@@ -177,6 +177,7 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
 
     Stages run one at a time, in order; then the method runs, ``spec.parallel_runs`` at a time.
     """
+    suite_dir = suite_dir.resolve()  # workers get absolute paths, whatever their working directory
     runs = make_plan(spec)
     prepare_suite_dir(spec, suite_dir, runs, resume)
     lock = threading.Lock()

@@ -280,7 +280,8 @@ class Spec:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train; auto picks cuda when available."""
     threads: int = 0
-    """torch CPU threads per run (0: torch's default)."""
+    """torch CPU threads per run (0: torch's default). With parallel_runs > 1 it applies to method runs only:
+    the shared stages run alone and take every core."""
     parallel_runs: int = 1
     """Method runs executed at the same time (stages always run one at a time). Above 1 only for CPU
     presets on machines whose cores would otherwise idle (tiny models, threads: 1): concurrent runs share

@@ -113,8 +113,10 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     from bench.telemetry import Telemetry, account_networks, capture_environment
 
     spec = load_spec_dict(job["spec"])
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
+    # Stages run alone, so they take every core; method runs take spec.threads (see Spec.threads).
+    threads = spec.threads if job["kind"] == "method" or spec.parallel_runs == 1 else 0
+    if threads:
+        torch.set_num_threads(threads)
     seed = job["seed"]
     set_seed(seed)
     device = resolve_device(spec)

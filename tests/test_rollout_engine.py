@@ -40,6 +40,33 @@ class FakeTelemetry:
     def step_end(self) -> None:
         self.steps_ended += 1
 
+    def trainer_callback(self):
+        """Like the real telemetry callback (steps from on_step_begin/end), recording every hook it sees."""
+        from transformers import TrainerCallback
+
+        fake = self
+        fake.events = []
+
+        class Recorder(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                fake.events.append("on_train_begin")
+
+            def on_step_begin(self, args, state, control, **kwargs):
+                fake.events.append("on_step_begin")
+                fake.step_begin()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                fake.events.append("on_step_end")
+                fake.step_end()
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                fake.events.append("on_log")
+
+            def on_train_end(self, args, state, control, **kwargs):
+                fake.events.append("on_train_end")
+
+        return Recorder()
+
 
 def _rows(n: int) -> list[dict[str, str]]:
     rng = random.Random(0)
@@ -123,6 +150,8 @@ def _check_common(ctx: RunContext, outcome, initial: dict[str, torch.Tensor], ro
     assert tel.counters["completions"] == STEPS * PROMPTS * G
     assert 0 < outcome.generated_tokens <= STEPS * PROMPTS * G * NEW_TOKENS
     assert tel.steps_begun == tel.steps_ended == STEPS
+    # The engine fires TrainerCallback hooks in the Trainer's order, so telemetry attaches as for TRL.
+    assert tel.events == ["on_train_begin"] + ["on_step_begin", "on_step_end", "on_log"] * STEPS + ["on_train_end"]
     assert ctx.stage_outputs["progress"] == [(s, STEPS) for s in range(1, STEPS + 1)]
     m = ctx.method_spec
     assert outcome.steps == STEPS * m.ppo_epochs * m.minibatches
