@@ -123,17 +123,17 @@ def curves_from_log_history(log_history: list[dict[str, Any]], names: dict[str, 
     return curves
 
 
-def trainer_networks(trainer: Any) -> dict[str, Any]:
-    """Resident networks of a TRL trainer by role: the policy, and the reference when one was built."""
+def trainer_networks(trainer: Any, uses_reference: bool) -> dict[str, Any]:
+    """Resident networks of a TRL trainer by role: the policy, and the reference when the method uses one.
+
+    With LoRA, TRL builds no separate reference: it runs the policy's frozen base with the adapters switched
+    off. The base model is then listed as the reference; its weights are the actor's own, so the accounting
+    counts them once (as shared) instead of twice.
+    """
     networks = {"actor": trainer.model}
     ref = getattr(trainer, "ref_model", None)
     if ref is not None:
         networks["reference"] = ref
+    elif uses_reference and hasattr(trainer.model, "get_base_model"):
+        networks["reference"] = trainer.model.get_base_model()
     return networks
-
-
-def unwrap_policy(model: Any) -> Any:
-    """The trained policy as a plain causal LM (LoRA adapters merged) for evaluation."""
-    if hasattr(model, "merge_and_unload"):
-        return model.merge_and_unload()
-    return model

@@ -11,7 +11,7 @@ from datasets import Dataset
 from trl import DPOConfig, DPOTrainer
 
 from baselines.common import (curves_from_log_history, lora_config, load_initial_policy, matched_training_args,
-                              method_learning_rate, run_trainer, trainer_networks, unwrap_policy)
+                              method_learning_rate, run_trainer, trainer_networks)
 from bench.context import RunContext, TrainOutcome
 from bench.data import prompts_for_steps
 from bench.sample_pool import preference_pairs, read_pool
@@ -44,7 +44,7 @@ def train(ctx: RunContext) -> TrainOutcome:
                          peft_config=lora_config(spec))
     run_trainer(ctx, trainer, t.steps)
     return TrainOutcome(
-        policy=unwrap_policy(trainer.model), tokenizer=tokenizer, networks=trainer_networks(trainer),
+        policy=trainer.model, tokenizer=tokenizer, networks=trainer_networks(trainer, uses_reference=True),
         optimizers={"actor": trainer.optimizer},
         log_history=curves_from_log_history(trainer.state.log_history, CURVE_NAMES),
         steps=trainer.state.global_step,

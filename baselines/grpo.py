@@ -13,7 +13,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from baselines.common import (curves_from_log_history, lora_config, load_initial_policy, matched_training_args,
-                              method_beta, method_learning_rate, run_trainer, trainer_networks, unwrap_policy)
+                              method_beta, method_learning_rate, run_trainer, trainer_networks)
 from bench.context import RunContext, TrainOutcome
 from bench.data import prompts_for_steps
 from bench.rewards import make_reward_functions
@@ -68,7 +68,8 @@ def train(ctx: RunContext) -> TrainOutcome:
     run_trainer(ctx, trainer, t.steps)
     counters = ctx.telemetry.counters
     return TrainOutcome(
-        policy=unwrap_policy(trainer.model), tokenizer=tokenizer, networks=trainer_networks(trainer),
+        policy=trainer.model, tokenizer=tokenizer,
+        networks=trainer_networks(trainer, uses_reference=config.beta != 0),
         optimizers={"actor": trainer.optimizer},
         log_history=curves_from_log_history(trainer.state.log_history, CURVE_NAMES),
         steps=trainer.state.global_step,

@@ -554,6 +554,10 @@ def validate(spec: Spec) -> None:
                  f"completions per step ({spec.completions_per_step} = train.prompts_per_step x train.group_size) "
                  f"must divide by 'methods.{name}.minibatches' ({m.minibatches}); choose a divisor")
             need(m.ppo_epochs >= 1, f"'methods.{name}.ppo_epochs' must be >= 1, got {m.ppo_epochs}")
+    engine_enabled = [m for m in enabled if m in ENGINE_METHODS]
+    need(not (spec.train.lora.enabled and engine_enabled),
+         f"'train.lora.enabled' is not supported by the suite engine yet ({', '.join(engine_enabled)}); set "
+         f"train.lora.enabled=false or disable those methods (methods.<name>.enabled=false)")
     tiny = spec.model.tiny
     need(tiny.hidden_size % tiny.num_heads == 0,
          f"'model.tiny.hidden_size' ({tiny.hidden_size}) must divide by 'model.tiny.num_heads' ({tiny.num_heads})")

@@ -137,3 +137,24 @@ def test_html_escapes_model_text(suite: Path, tmp_path: Path) -> None:
     html = (suite / "index.html").read_text()
     assert "&lt;script&gt;alert(" in html
     assert "<script>alert(" not in html
+
+
+def test_lora_runs_count_adapters_as_trainable_and_the_base_once(tmp_path: Path) -> None:
+    out = tmp_path / "lora"
+    env = dict(os.environ, BENCH_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out), "train.lora.enabled=true",
+         "methods.grpo_engine.enabled=false", "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for method in ("grpo", "dpo"):
+        data = result(out, f"{method}-s0")
+        assert data["status"] == "ok", data["error"]
+        actor, reference = data["memory"]["networks"]["actor"], data["memory"]["networks"]["reference"]
+        assert 0 < actor["trainable_params"] < actor["params"] / 2  # adapters only
+        assert actor["grad_bytes"] == 4 * actor["trainable_params"]
+        assert actor["optimizer_bytes"] >= 2 * 4 * actor["trainable_params"]  # AdamW: two moments per weight
+        # The reference is the same frozen base with adapters off: no second copy of the weights.
+        assert reference["weight_bytes"] == 0 and reference["shared_params"] == actor["params"]
+        assert data["accuracy"]["after"] is not None
