@@ -155,9 +155,12 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
                                       spec.eval.batch_size, spec.eval.samples_in_report)
     summary = telemetry.summary()
     counters = getattr(telemetry, "counters", {}) or {}
+    # TRL recipes are counted from outside (bench.telemetry.trl_hooks); the suite engine counts itself.
     if not outcome.completions and counters.get("completions"):
         outcome.completions = int(counters["completions"])
         outcome.generated_tokens = int(counters.get("generated_tokens", 0))
+    if outcome.trained_tokens is None and counters.get("trained_tokens"):
+        outcome.trained_tokens = int(counters["trained_tokens"])
 
     result["memory"] = {**summary["memory"], "networks": networks}
     result["phases"] = summary["phases"]

@@ -99,6 +99,14 @@ def test_every_method_has_phase_times_and_labelled_memory(suite: Path) -> None:
         assert abs(train_phase_s - step_s) <= 0.10 * step_s, (method, train_phase_s, step_s)
 
 
+def test_every_method_counts_trained_tokens(suite: Path) -> None:
+    for method in METHODS:
+        throughput = result(suite, f"{method}-s0")["throughput"]
+        assert throughput["trained_tokens"] > 0 and throughput["trained_tokens_per_s"] > 0, method
+        if method in ONLINE:  # prompt + completion tokens go through the update, at least once each
+            assert throughput["trained_tokens"] > throughput["generated_tokens"], method
+
+
 def data_steps(data: dict) -> list[float]:
     return data["throughput"]["step_times_s"]
 

@@ -451,3 +451,16 @@ def test_requires_grad_network_outside_every_optimizer_counts_as_frozen() -> Non
     assert result["reference"]["optimizer_bytes"] == 0
     assert result["actor"]["grad_bytes"] == 15 * 4 and result["actor"]["trainable_params"] == 15
     assert result["actor"]["optimizer_bytes"] >= 2 * 15 * 4
+
+
+def test_trained_tokens_follow_each_trl_batch_layout() -> None:
+    import torch
+
+    from bench.telemetry.trl_hooks import trained_tokens_in
+
+    sft_or_dpo = {"input_ids": torch.ones(2, 4), "attention_mask": torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])}
+    assert trained_tokens_in(sft_or_dpo) == 7
+    grpo = {"prompt_mask": torch.tensor([[0, 1], [1, 1]]), "completion_mask": torch.tensor([[1, 1, 0], [1, 0, 0]])}
+    assert trained_tokens_in(grpo) == 3 + 3
+    assert trained_tokens_in({"pixel_values": torch.ones(1)}) == 0
+    assert trained_tokens_in(None) == 0

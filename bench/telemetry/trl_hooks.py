@@ -202,6 +202,35 @@ def _unwrapped_policy(trainer: Any) -> Any:
     return model
 
 
+def trained_tokens_in(inputs: Any) -> int:
+    """Tokens a training forward/backward processes in one batch (prompt and completion, padding excluded).
+
+    The batch layouts of trl 1.16: SFT, DPO and Reward carry one ``attention_mask`` over whole sequences
+    (DPO and Reward: chosen and rejected stacked); GRPO/RLOO carry ``prompt_mask`` and ``completion_mask``.
+    An unknown layout counts 0 rather than guessing.
+    """
+    if not isinstance(inputs, dict):
+        return 0
+    if inputs.get("attention_mask") is not None:
+        return int(inputs["attention_mask"].sum())
+    if inputs.get("prompt_mask") is not None and inputs.get("completion_mask") is not None:
+        return int(inputs["prompt_mask"].sum()) + int(inputs["completion_mask"].sum())
+    return 0
+
+
+def _count_trained_tokens(compute_loss: Callable[..., Any], telemetry: Telemetry) -> Callable[..., Any]:
+    """Wrap ``trainer.compute_loss(model, inputs, ...)`` to add each batch's tokens to counters['trained_tokens']."""
+
+    @functools.wraps(compute_loss)
+    def wrapper(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        counters = telemetry.counters
+        counters["trained_tokens"] = counters.get("trained_tokens", 0) + trained_tokens_in(inputs)
+        return compute_loss(model, inputs, *args, **kwargs)
+
+    wrapper._bench_counts_tokens = True  # type: ignore[attr-defined]
+    return wrapper
+
+
 def instrument_trl_trainer(trainer: Any, telemetry: Telemetry) -> None:
     """Attach ``telemetry`` phases to a constructed TRL trainer (GRPO, RLOO, DPO, SFT, Reward).
 
@@ -215,6 +244,8 @@ def instrument_trl_trainer(trainer: Any, telemetry: Telemetry) -> None:
 
     # update: forward + backward (the optimizer step is phased by the callback)
     trainer.training_step = _wrap_in_phase(trainer.training_step, telemetry, "update")
+    if hasattr(trainer, "compute_loss") and not hasattr(trainer.compute_loss, "_bench_counts_tokens"):
+        trainer.compute_loss = _count_trained_tokens(trainer.compute_loss, telemetry)
     if hasattr(trainer, "evaluate"):
         trainer.evaluate = _wrap_in_phase(trainer.evaluate, telemetry, "evaluation")
 
