@@ -326,3 +326,11 @@ def test_report_sources_have_no_ml_imports() -> None:
                 continue
             for mod in mods:
                 assert mod.split(".")[0] not in FORBIDDEN, f"{path.name} imports {mod}"
+
+
+def test_underflowed_p_value_prints_as_a_bound_not_zero() -> None:
+    from bench.report.fmt import p_value_text
+
+    assert p_value_text(0.0) == "< 1e-300"
+    assert p_value_text(0.0581) == "0.0581"
+    assert p_value_text(2.35e-57) == "2.35e-57"

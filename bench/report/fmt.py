@@ -95,6 +95,11 @@ def float_text(value: Any, digits: int = 2, unit: str = "") -> str:
     return f"{v:,.{digits}f}{unit}"
 
 
+def p_value_text(p: float) -> str:
+    """A p-value to three significant digits; one that underflowed to 0.0 prints as a bound, not as 0."""
+    return "< 1e-300" if p == 0 else f"{p:.3g}"
+
+
 def throughput(run: Run, key: str) -> float | None:
     return num(run.result.get("throughput", {}).get(key))
 

@@ -79,7 +79,7 @@ with a 95% paired-bootstrap interval (2000 resamples). Runs are paired within a 
 <th>A − B (95% CI)</th></tr>
 {% for t in paired %}
 <tr><td>{{ t.a }}</td><td>{{ t.b }}</td><td>{{ t.n }}</td><td>{{ t.a_only }}</td><td>{{ t.b_only }}</td>
-<td>{{ '%.3g'|format(t.p_value) }}</td>
+<td>{{ p_value_text(t.p_value) }}</td>
 <td>{{ '%+.1f'|format(100 * t.diff) }} pp [{{ '%+.1f'|format(100 * t.diff_low) }}, {{ '%+.1f'|format(100 * t.diff_high) }}]</td></tr>
 {% endfor %}
 </table>
@@ -173,6 +173,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         differs_header=differs_header,
         differs_rows=differs_rows,
         paired=tables.paired_tests(suite),
+        p_value_text=fmt.p_value_text,
         stages=tables.stage_rows(suite),
         figures=figures,
         samples=_samples(suite),

@@ -265,7 +265,7 @@ def summary_markdown(suite: Suite) -> str:
                   _md_table(["A", "B", "questions", "A only right", "B only right", "McNemar p",
                              "A − B (95% bootstrap CI)"],
                             [[t["a"], t["b"], str(t["n"]), str(t["a_only"]), str(t["b_only"]),
-                              f"{t['p_value']:.3g}",
+                              fmt.p_value_text(t["p_value"]),
                               f"{100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}]"]
                              for t in tests]), ""]
     stages = stage_rows(suite)
