@@ -26,7 +26,7 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   "memory": {
     "peak_bytes": int | null,          # whole-run peak from `source`
     "source": "cpu-rss" | "cuda-allocated" | "cuda-reserved" | "nvml-process" | "nvml-device",
-    "baseline_bytes": int | null,      # reading after model load, before training (same source)
+    "baseline_bytes": int | null,      # reading after imports, before the recipe loads its models (same source)
     "phases": {PHASE: {"peak_bytes": int | null, "source": str}},
     "networks": {NET: {"params": int, "trainable_params": int, "weight_bytes": int,
                        "grad_bytes": int, "optimizer_bytes": int}}   # NET: actor, critic, reward, reference

@@ -227,7 +227,8 @@ class MethodSpec:
     beta: float | None = None
     """DPO beta / KL coefficient override."""
     loss_type: str | None = None
-    """Trainer loss type (GRPO: grpo | dapo | dr_grpo | bnpo; DPO: sigmoid | ipo | ...)."""
+    """Trainer loss type. GRPO (TRL): grpo (the default here) | dapo | dr_grpo | bnpo. DPO: sigmoid (default),
+    ipo, ..., or a comma-separated combination such as sigmoid,sft."""
     ppo_epochs: int = 2
     """PPO: passes over each rollout batch."""
     minibatches: int = 2
