@@ -166,3 +166,37 @@ def test_lora_runs_count_adapters_as_trainable_and_the_base_once(tmp_path: Path)
         # The reference is the same frozen base with adapters off: no second copy of the weights.
         assert reference["weight_bytes"] == 0 and reference["shared_params"] == actor["params"]
         assert data["accuracy"]["after"] is not None
+
+
+def test_gsm8k_files_and_a_local_model_folder_run_through_the_suite(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU preset's path, offline: GSM8K-format files (written here) and model.source=path."""
+    from bench.data import tokenizer_corpus
+    from bench.models import tiny_model_dir
+    from bench.spec import load_spec
+    from bench.tasks import generate_synthetic
+
+    data = tmp_path / "gsm8k"
+    data.mkdir()
+    for split, seed in (("train", 1), ("test", 2)):
+        with open(data / f"{split}.jsonl", "w") as handle:
+            for problem in generate_synthetic(40, seed=seed, max_operand=9, max_steps=1):
+                handle.write(json.dumps({"question": problem["question"], "answer": problem["answer"]}) + "\n")
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    spec = load_spec("cpu-quick")
+    model_dir = tiny_model_dir(spec, tokenizer_corpus(spec))
+    out = tmp_path / "suite"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out),
+         "task.source=gsm8k", f"task.path={data}", "task.train_size=40", "task.test_size=20",
+         "model.source=path", f"model.name_or_path={model_dir}", "methods.grpo_engine.enabled=false",
+         "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false", "methods.dpo.enabled=false"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    grpo = result(out, "grpo-s0")
+    assert grpo["status"] == "ok", grpo["error"]
+    assert grpo["accuracy"]["n_questions"] == 20
+    assert grpo["spec"]["task"]["path"] == str(data)
+    questions = {json.loads(line)["question"] for line in open(data / "test.jsonl")}
+    assert all(sample["question"] in questions for sample in grpo["samples"])
