@@ -39,13 +39,12 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
             handle.write(json.dumps(row) + "\n")
 
 
-def throughput(outcome: Any, train_s: float, wall_s: float, telemetry_summary: dict[str, Any]) -> dict[str, Any]:
-    """Rates per second of training time; None where nothing was generated or trained."""
+def throughput(outcome: Any, train_s: float, telemetry_summary: dict[str, Any]) -> dict[str, Any]:
+    """Rates per second of training time; None where nothing was generated or trained. (wall_s is added by run.)"""
     def rate(count: int | None) -> float | None:
         return count / train_s if count and train_s > 0 else None
 
     return {
-        "wall_s": wall_s,
         "train_s": train_s,
         "steps": outcome.steps,
         "completions": outcome.completions,
@@ -67,16 +66,16 @@ def run(run_dir: Path) -> int:
     result = empty_result(job["run_id"], job["kind"], job["name"], job["label"], job["engine"], job["seed"])
     result["started_at"] = now()
     result["spec"] = job["spec"]
-    telemetry = None
+    live: dict[str, Any] = {}  # the telemetry, once built: its readings describe a failure too
     try:
-        result, telemetry = _train_and_evaluate(job, run_dir, result)
+        result = _train_and_evaluate(job, run_dir, result, live)
         result["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - the run must always leave a result behind
         result["status"] = "failed"
         result["error"] = {
             "type": type(exc).__name__,
             "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else type(exc).__name__,
-            "memory_at_failure": _memory_at_failure(telemetry),
+            "memory_at_failure": _memory_at_failure(live.get("telemetry")),
         }
         (run_dir / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
         if isinstance(exc, KeyboardInterrupt):
@@ -99,7 +98,8 @@ def _memory_at_failure(telemetry: Any) -> str | None:
     return f"{memory['peak_bytes'] / 2**30:.2f} GiB peak ({memory['source']})"
 
 
-def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, Any],
+                        live: dict[str, Any]) -> dict[str, Any]:
     # Heavy imports happen here, inside the worker process only.
     import torch
     from transformers import set_seed
@@ -134,6 +134,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     tel = spec.telemetry
     telemetry = Telemetry(device, interval_s=tel.sample_interval_ms / 1000.0, enabled=tel.enabled,
                           warmup_steps=tel.warmup_steps)
+    live["telemetry"] = telemetry
     info = lookup(job["name"])
     recipe = info.load()
     with telemetry:
@@ -164,7 +165,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
 
     result["memory"] = {**summary["memory"], "networks": networks}
     result["phases"] = summary["phases"]
-    result["throughput"] = throughput(outcome, train_s, 0.0, summary)
+    result["throughput"] = throughput(outcome, train_s, summary)
     result["curves"] = outcome.log_history
     result["metrics"] = dict(outcome.metrics)
     result["settings"] = dict(outcome.settings)
@@ -178,7 +179,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
         before = read_result(inputs["warm_start_dir"]) if inputs.get("warm_start_dir") else None
         if before is not None:
             result["accuracy"]["before"] = before["accuracy"]["after"]
-    return result, telemetry
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ def test_failures_are_recorded_and_reported(tmp_path: Path) -> None:
     assert reward_model["status"] == "failed"
     assert "pairs" in reward_model["error"]["message"] and reward_model["error"]["type"] == "RuntimeError"
     assert (out / "runs" / "reward_model" / "traceback.txt").is_file()
+    assert reward_model["error"]["memory_at_failure"].endswith("GiB peak (cpu-rss)")  # the reading when it failed
     ppo = result("ppo-s0")
     assert ppo["status"] == "failed" and ppo["error"]["type"] == "PrerequisiteFailed"
     assert "reward_model" in ppo["error"]["message"]
