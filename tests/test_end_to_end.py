@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_cli import run_bench, run_quick_suite
 
 REQUIRED_COLUMNS = ["method", "seed", "status", "accuracy_before", "accuracy_after", "accuracy_after_low",
                     "accuracy_after_high", "peak_memory_bytes", "memory_source", "completions_per_s",
@@ -25,9 +23,7 @@ ONLINE = ["grpo", "grpo_engine", "ppo", "ppo_verifier"]
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("e2e")
     out = root / "reports" / "quick"
-    env = dict(os.environ, BENCH_CACHE_DIR=str(root / "cache"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=1200, cwd=root)
+    proc = run_quick_suite(out, cache_dir=root / "cache", timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "report:" in proc.stderr
     return out
@@ -139,8 +135,7 @@ def test_html_escapes_model_text(suite: Path, tmp_path: Path) -> None:
     data = json.loads(run_file.read_text())
     data["samples"][0]["completion"] = "<script>alert('x')</script> <answer>7</answer>"
     run_file.write_text(json.dumps(data))
-    proc = subprocess.run([sys.executable, "-m", "bench", "report", str(suite)], capture_output=True, text=True,
-                          timeout=300)
+    proc = run_bench("report", str(suite), timeout=300)
     assert proc.returncode == 0, proc.stderr
     html = (suite / "index.html").read_text()
     assert "&lt;script&gt;alert(" in html
@@ -149,12 +144,8 @@ def test_html_escapes_model_text(suite: Path, tmp_path: Path) -> None:
 
 def test_lora_runs_count_adapters_as_trainable_and_the_base_once(tmp_path: Path) -> None:
     out = tmp_path / "lora"
-    env = dict(os.environ, BENCH_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out), "train.lora.enabled=true",
-         "methods.grpo_engine.enabled=false", "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
+    proc = run_quick_suite(out, "train.lora.enabled=true", "methods.grpo_engine.enabled=false",
+                           "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false", cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr[-2000:]
     for method in ("grpo", "dpo"):
         data = result(out, f"{method}-s0")
@@ -186,13 +177,10 @@ def test_gsm8k_files_and_a_local_model_folder_run_through_the_suite(tmp_path: Pa
     spec = load_spec("cpu-quick")
     model_dir = tiny_model_dir(spec, tokenizer_corpus(spec))
     out = tmp_path / "suite"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out),
-         "task.source=gsm8k", f"task.path={data}", "task.train_size=40", "task.test_size=20",
-         "model.source=path", f"model.name_or_path={model_dir}", "methods.grpo_engine.enabled=false",
-         "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false", "methods.dpo.enabled=false"],
-        capture_output=True, text=True, timeout=600,
-    )
+    proc = run_quick_suite(out, "task.source=gsm8k", f"task.path={data}", "task.train_size=40", "task.test_size=20",
+                           "model.source=path", f"model.name_or_path={model_dir}", "methods.grpo_engine.enabled=false",
+                           "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false",
+                           "methods.dpo.enabled=false", cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr[-2000:]
     grpo = result(out, "grpo-s0")
     assert grpo["status"] == "ok", grpo["error"]

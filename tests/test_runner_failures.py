@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_cli import run_quick_suite
 
 
 def test_failures_are_recorded_and_reported(tmp_path: Path) -> None:
     # One warm-start step leaves the policy unable to answer, so the pool has no (correct, incorrect) pair:
     # the reward model stage fails, PPO (which needs it) is skipped, and DPO fails on its own.
     out = tmp_path / "suite"
-    env = dict(os.environ, BENCH_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out), "warm_start.steps=1",
-         "methods.grpo.enabled=false", "methods.grpo_engine.enabled=false", "methods.ppo_verifier.enabled=false"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
+    proc = run_quick_suite(out, "warm_start.steps=1", "methods.grpo.enabled=false", "methods.grpo_engine.enabled=false",
+                           "methods.ppo_verifier.enabled=false", cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr[-2000:]
 
     def result(run_id: str) -> dict:

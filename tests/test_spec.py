@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+from bench_cli import run_bench
 
 from bench.errors import SpecError
 from bench.spec import DEFAULT_METHODS, load_spec, preset_names
@@ -89,7 +89,7 @@ def test_preset_file_from_disk(tmp_path) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=120)
+    return run_bench(*args, timeout=120)
 
 
 @pytest.mark.parametrize(
