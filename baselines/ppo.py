@@ -32,11 +32,6 @@ def networks_for(method_spec: MethodSpec, kl_coef: float) -> tuple[str, ...]:
                  and not (role == "reference" and kl_coef == 0))
 
 
-def label(method_spec: MethodSpec) -> str:
-    """Label naming the reward source (what this run is)."""
-    return "PPO (reward model)" if method_spec.reward == "model" else "PPO (verifier reward)"
-
-
 def train(ctx: RunContext) -> TrainOutcome:
     """PPO with a critic and GAE on the suite engine."""
     return rollout_engine.train(ctx, "ppo")
