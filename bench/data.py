@@ -22,7 +22,14 @@ def task_problems(spec: Spec) -> tuple[list[dict[str, str]], list[dict[str, str]
 
 
 def tokenizer_corpus(spec: Spec) -> list[str]:
-    """Text the tiny tokenizer is trained on: prompts and warm-start targets of the synthetic task."""
+    """Text a stand-in tokenizer is trained on: prompts and warm-start targets of the task.
+
+    Synthetic task: 2,000 problems from a generator seed the splits do not use. GSM8K: the training split's
+    questions and worked answers (never the test split), so the tokenizer covers what training sees.
+    """
+    if spec.task.source == "gsm8k":
+        train, _ = task_problems(spec)
+        return [r["prompt"] + format_target(p["answer"]) for r, p in zip(to_rows(train), train)]
     s = spec.task.synthetic
     problems = generate_synthetic(2000, s.seed + 1, s.max_operand, s.max_steps)
     rows = to_rows(problems)

@@ -139,13 +139,75 @@ def load_causal_lm(name_or_path: str | Path, model_spec: ModelSpec, device: str)
 
 
 def initial_model_source(spec: Spec, corpus: list[str]) -> str:
-    """Folder or hub id of the network every method starts from (before any warm start)."""
+    """Folder or hub id of the network every method starts from (before any warm start).
+
+    ``corpus`` is the stand-in tokenizer's training text (`bench.data.tokenizer_corpus`) for the tiny model
+    and shipped architectures; for an architecture an empty one is replaced by that function's output.
+    """
     source = spec.model.source
     if source == "tiny":
         return str(tiny_model_dir(spec, corpus))
+    if source == "architecture":
+        if not corpus:
+            from bench.data import tokenizer_corpus  # bench.data imports this module: import here
+
+            corpus = tokenizer_corpus(spec)
+        return str(architecture_model_dir(spec, corpus))
     if source == "config":
         return str(random_init_dir(spec))
     return str(spec.model.name_or_path)
+
+
+def architecture_model_dir(spec: Spec, corpus: list[str]) -> Path:
+    """Build (or reuse from the cache) a shipped architecture with random weights and a stand-in tokenizer.
+
+    The network is `model.architecture` scaled by `model.scale`, in `model.dtype`, initialised from
+    ``seeds[0]``. The tokenizer is the tiny byte-level BPE trained on ``corpus`` (the task's own text); the
+    config keeps the architecture's real vocab_size, so embedding, logits and LM head have their real sizes
+    while every token id is far below it. pad/eos/bos are the stand-in tokenizer's. The cache key covers the
+    architecture, scale, seed, dtype and a hash of the corpus (another task needs another tokenizer).
+    """
+    from bench.architectures import STAND_IN_VOCAB, architecture_config, build_random_model
+
+    model_spec = spec.model
+    corpus_hash = hashlib.sha256("\n".join(corpus).encode()).hexdigest()
+    key = settings_key("architecture-v1", model_spec.architecture, vars(model_spec.scale), spec.seeds[0],
+                       model_spec.dtype, corpus_hash)
+    folder = cache_root() / "architectures" / f"{model_spec.architecture}-{key}"
+    if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
+        return folder
+    tokenizer = build_tiny_tokenizer(corpus, STAND_IN_VOCAB)
+    config = architecture_config(str(model_spec.architecture), model_spec.scale)
+    if len(tokenizer) > config.vocab_size:
+        raise UserError(f"the stand-in tokenizer has {len(tokenizer)} tokens but model.scale.vocab_size is "
+                        f"{config.vocab_size}; raise model.scale.vocab_size or set it to null (the real vocabulary)")
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "bos_token_id": tokenizer.eos_token_id}
+    for name, value in ids.items():
+        setattr(config, name, value)
+    model = build_random_model(config, model_spec.dtype, spec.seeds[0])
+    for name, value in ids.items():
+        setattr(model.generation_config, name, value)
+    _publish(folder, model, tokenizer)
+    return folder
+
+
+def _publish(folder: Path, model: Any, tokenizer: Any) -> None:
+    """Save ``model`` and ``tokenizer`` into ``folder`` atomically (a temporary sibling, then a rename).
+
+    A reader never sees a half-written folder; when another process published first, its copy is kept.
+    """
+    import shutil
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.replace(tmp, folder)
+    except OSError:  # the folder exists (another process won the race): theirs is as good as ours
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def random_init_dir(spec: Spec) -> Path:
@@ -166,8 +228,7 @@ def random_init_dir(spec: Spec) -> Path:
                         f"give a reachable hub id or a local folder with config.json") from None
     torch.manual_seed(spec.seeds[0])
     model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(spec.model.dtype))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    _publish(folder, model, tokenizer)
     return folder
 
 

@@ -38,14 +38,36 @@ class TinyModelSpec:
 
 
 @dataclass
+class ScaleSpec:
+    """A CPU-sized member of a shipped architecture's family (model.source = architecture); defaults: full size."""
+
+    num_layers: int | None = None
+    """Decoder layers to keep, in 1..the architecture's layer count; null: all of them."""
+    width_divisor: int = 1
+    """Divide hidden_size, intermediate_size and the attention width by this (>= 1). The attention part is
+    split between fewer heads (a factor shared with the KV heads, so the GQA ratio is unchanged) and a narrower,
+    still even head_dim; it must divide the widths (an error lists the divisors that fit)."""
+    vocab_size: int | None = None
+    """Embedding and LM-head rows (>= the stand-in tokenizer's size, about 1,028); null: the real vocabulary,
+    so embedding, logit and LM-head memory are exact."""
+
+
+@dataclass
 class ModelSpec:
     """Which network every method starts from."""
 
-    source: Literal["tiny", "hub", "path", "config"] = "tiny"
+    source: Literal["tiny", "hub", "path", "config", "architecture"] = "tiny"
     """tiny: build a small tokenizer + random decoder offline; hub: a hub id; path: a local folder;
-    config: a hub architecture instantiated with random weights from `name_or_path`'s config (systems runs)."""
+    config: a hub architecture instantiated with random weights from `name_or_path`'s config (systems runs);
+    architecture: a shipped architecture (`model.architecture`) with random weights and a stand-in tokenizer;
+    no download."""
     name_or_path: str | None = None
-    """Hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or local folder; required unless source = tiny."""
+    """Hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or local folder; required for hub, path and config."""
+    architecture: str | None = None
+    """For source = architecture: a shipped architecture name (qwen2.5-0.5b ... qwen2.5-72b, llama-3.1-8b,
+    llama-3.1-70b; bench/architectures/*.json holds their public config shape fields)."""
+    scale: ScaleSpec = field(default_factory=ScaleSpec)
+    """For source = architecture: a scaled-down variant of the same family (default: the full model)."""
     tiny: TinyModelSpec = field(default_factory=TinyModelSpec)
     """Shape of the tiny model."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -562,7 +584,8 @@ def validate(spec: Spec) -> None:
     tiny = spec.model.tiny
     need(tiny.hidden_size % tiny.num_heads == 0,
          f"'model.tiny.hidden_size' ({tiny.hidden_size}) must divide by 'model.tiny.num_heads' ({tiny.num_heads})")
-    if spec.model.source != "tiny":
+    _validate_architecture(spec.model)
+    if spec.model.source not in ("tiny", "architecture"):
         need(bool(spec.model.name_or_path),
              f"'model.name_or_path' is required when model.source is '{spec.model.source}'; "
              f"set model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct or a local folder")
@@ -579,3 +602,32 @@ def validate(spec: Spec) -> None:
     if spec.model.source == "tiny":
         need(spec.task.source == "synthetic",
              "model.source 'tiny' builds its tokenizer from the synthetic task; use task.source=synthetic or a real model")
+
+
+def _validate_architecture(model: ModelSpec) -> None:
+    """model.architecture / model.scale checks (architecture names come from the shipped JSON files)."""
+    scale = model.scale
+    for key in ("num_layers", "width_divisor", "vocab_size"):
+        value = getattr(scale, key)
+        if value is not None and value < 1:
+            raise SpecError(f"'model.scale.{key}' must be >= 1, got {value}")
+    if model.source != "architecture":
+        if model.architecture is not None:
+            raise SpecError(f"'model.architecture' is set but model.source is '{model.source}'; "
+                            f"set model.source=architecture or remove model.architecture")
+        return
+    from bench.architectures import STAND_IN_VOCAB, architecture_names, scaled_fields
+    from bench.models import TAG_TOKENS
+
+    names = architecture_names()
+    if not model.architecture:
+        raise SpecError(f"'model.architecture' is required when model.source is 'architecture'; "
+                        f"set it to one of: {', '.join(names)}")
+    if model.architecture not in names:
+        raise SpecError(f"unknown 'model.architecture' '{model.architecture}'"
+                        f"{_did_you_mean(model.architecture, names)}; known architectures: {', '.join(names)}")
+    least = STAND_IN_VOCAB + len(TAG_TOKENS)
+    if scale.vocab_size is not None and scale.vocab_size < least:
+        raise SpecError(f"'model.scale.vocab_size' must be >= {least} (the stand-in tokenizer's size), "
+                        f"got {scale.vocab_size}; or null for the real vocabulary")
+    scaled_fields(model.architecture, scale)  # raises a SpecError naming model.scale.<key> when it does not fit
