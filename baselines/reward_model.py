@@ -17,6 +17,7 @@ from trl import RewardConfig, RewardTrainer
 
 from baselines.common import curves_from_log_history, matched_training_args, run_trainer
 from bench.context import RunContext, TrainOutcome
+from bench.lengths import check_loss, model_context, pair_budget
 from bench.models import load_tokenizer, torch_dtype
 from bench.sample_pool import preference_pairs, read_pool
 
@@ -70,7 +71,10 @@ def train(ctx: RunContext) -> TrainOutcome:
     steps = max(1, rm.epochs * len(train_pairs) // rm.batch_size)
     args = matched_training_args(spec, ctx, max_steps=steps, learning_rate=rm.learning_rate,
                                  batch_size=rm.batch_size, lr_scheduler="linear")
-    args.update(max_length=256, logging_steps=max(1, steps // 20), gradient_checkpointing=False)
+    budget = pair_budget(tokenizer, train_pairs, spec.generation.max_new_tokens, drops=True,
+                         cap=model_context(model))
+    check_loss(budget, "reward_model", "lower generation.max_new_tokens")
+    args.update(max_length=budget.max_length, logging_steps=max(1, steps // 20), gradient_checkpointing=False)
     trainer = RewardTrainer(model=model, args=RewardConfig(**args), train_dataset=Dataset.from_list(train_pairs),
                             processing_class=tokenizer)
     accuracy_before = pairwise_accuracy(model, tokenizer, eval_pairs)
@@ -88,6 +92,7 @@ def train(ctx: RunContext) -> TrainOutcome:
         steps=trainer.state.global_step,
         settings={"epochs": rm.epochs, "batch_size": rm.batch_size, "learning_rate": rm.learning_rate},
         metrics={"train_pairs": len(train_pairs), "heldout_pairs": len(eval_pairs),
-                 "heldout_pair_accuracy": accuracy_after, "heldout_pair_accuracy_untrained": accuracy_before},
+                 "heldout_pair_accuracy": accuracy_after, "heldout_pair_accuracy_untrained": accuracy_before,
+                 "lengths": budget.to_dict()},
         save_dir=save_dir,
     )

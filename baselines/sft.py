@@ -13,6 +13,7 @@ from trl import SFTConfig, SFTTrainer
 from baselines.common import curves_from_log_history, matched_training_args, run_trainer
 from bench.context import RunContext, TrainOutcome
 from bench.data import tokenizer_corpus
+from bench.lengths import check_loss, model_context, sft_budget
 from bench.models import initial_model_source, load_causal_lm, load_tokenizer
 from bench.tasks import format_target
 
@@ -30,11 +31,15 @@ def train(ctx: RunContext) -> TrainOutcome:
     save_dir = ctx.run_dir / "model"
     log_history: list[dict] = []
     steps = 0
+    metrics: dict = {}
     if ws.enabled:
         rows = [{"prompt": r["prompt"], "completion": format_target(r["solution"])} for r in ctx.train_rows]
         args = matched_training_args(spec, ctx, max_steps=ws.steps, learning_rate=ws.learning_rate,
                                      batch_size=ws.batch_size, lr_scheduler="constant")
-        args.update(logging_steps=max(1, ws.steps // 20), max_length=256, packing=False)
+        budget = sft_budget(tokenizer, rows, spec.generation.max_new_tokens, cap=model_context(policy))
+        check_loss(budget, "warm_start", "set warm_start.enabled=false")
+        metrics["lengths"] = budget.to_dict()
+        args.update(logging_steps=max(1, ws.steps // 20), max_length=budget.max_length, packing=False)
         trainer = SFTTrainer(model=policy, args=SFTConfig(**args), train_dataset=Dataset.from_list(rows),
                              processing_class=tokenizer)
         run_trainer(ctx, trainer, ws.steps)
@@ -49,5 +54,5 @@ def train(ctx: RunContext) -> TrainOutcome:
         policy=policy, tokenizer=tokenizer, networks={"actor": policy}, log_history=log_history, steps=steps,
         settings={"steps": ws.steps if ws.enabled else 0, "batch_size": ws.batch_size,
                   "learning_rate": ws.learning_rate, "source": source},
-        save_dir=save_dir,
+        metrics=metrics, save_dir=save_dir,
     )

@@ -26,14 +26,27 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   "memory": {
     "peak_bytes": int | null,          # whole-run peak from `source`
     "source": "cpu-rss" | "cuda-allocated" | "cuda-reserved" | "nvml-process" | "nvml-device",
-    "baseline_bytes": int | null,      # reading after imports, before the recipe loads its models (same source)
-    "phases": {PHASE: {"peak_bytes": int | null, "source": str}},
+    "kind": str | null,                # what a per-phase reading of `source` is, see KIND below
+    "baseline_bytes": int | null,      # reading after the models are loaded, before training (same source)
+    "baseline_at": "on_train_begin (models loaded)"            # when it was read; the second only for a
+                 | "recipe start (before models load)" | null, # recipe that fires no on_train_begin
+    "phases": {PHASE: {"peak_bytes": int | null, "source": str, "kind": KIND,
+                       "by_source": {SOURCE: int}, "kinds": {SOURCE: KIND}}},
+                                       # KIND: "peak (reset per phase)" (cuda-allocated), "high-water mark"
+                                       # (cuda-reserved, nvml-*: the allocator keeps its cache, so the figure
+                                       # includes memory held since earlier phases), "sampled peak (reset per
+                                       # phase)" (cpu-rss)
     "networks": {NET: {"params": int, "trainable_params": int, "weight_bytes": int,
                        "grad_bytes": int, "optimizer_bytes": int}}   # NET: actor, critic, reward, reference
   },
   "throughput": {
     "wall_s": float,                   # the whole worker, load + train + eval
-    "train_s": float,                  # the training loop only
+    "train_s": float | null,           # first on_train_begin -> last on_train_end (the rates divide by it)
+    "setup_s": float | null,           # recipe start -> first on_train_begin (model loading, trainer set-up)
+    "recipe_s": float | null,          # the whole recipe (setup + train + what follows on_train_end)
+    "timing": "first on_train_begin to last on_train_end"    # the window train_s covers; a recipe that
+            | "whole recipe (no on_train_begin fired)"       # fires no on_train_begin is timed whole
+            | "on_train_begin to recipe end (no on_train_end fired)",
     "steps": int,
     "completions": int, "generated_tokens": int, "trained_tokens": int | null,
     "completions_per_s": float | null, "tokens_per_s": float | null,   # generated tokens per train second
@@ -42,6 +55,14 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   },
   "phases": {PHASE: {"time_s": float, "count": int}},   # PHASE: generation, reward, reference, critic,
                                                         # update, evaluation, other
+  "training_change": null | {          # method runs: did training move the trained weights? (param_change)
+    "params_changed_fraction": float | null,   # share of trainable elements whose value changed (new != old)
+    "update_to_weight_ratio": float | null,    # ||w_end - w_start|| / ||w_start||, L2 over trainable elements
+    "trainable_params": int | null,            # requires_grad elements (LoRA: the adapters)
+    "method": "exact" | "sampled (N elements)" | null,
+    "reason": str                              # only when not measured: why
+  },
+  "generation": null | {str: value},   # the decoding settings of the evaluation (GenerationConfig fields)
   "curves": [{"step": int, METRIC: float, ...}],        # stable metric names, see METRIC_NAMES
   "metrics": {str: float | int | str},                  # method-specific scalars (e.g. reward-model pair acc)
   "settings": {str: value},                             # method-specific settings ("what differs" table)
@@ -143,6 +164,8 @@ def empty_result(run_id: str, kind: str, method: str, label: str, engine: str, s
         "memory": {"peak_bytes": None, "source": None, "baseline_bytes": None, "phases": {}, "networks": {}},
         "throughput": {},
         "phases": {},
+        "training_change": None,
+        "generation": None,
         "curves": [],
         "metrics": {},
         "settings": {},

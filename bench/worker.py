@@ -39,13 +39,20 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
             handle.write(json.dumps(row) + "\n")
 
 
-def throughput(outcome: Any, train_s: float, telemetry_summary: dict[str, Any]) -> dict[str, Any]:
-    """Rates per second of training time; None where nothing was generated or trained. (wall_s is added by run.)"""
+def throughput(outcome: Any, timing: dict[str, Any], telemetry_summary: dict[str, Any]) -> dict[str, Any]:
+    """Counts and rates per second of training time (``timing["train_s"]``); None where nothing was
+    generated or trained. ``setup_s`` (model loading, trainer construction) is kept apart so that it
+    does not dilute the rates; ``timing`` names the window ``train_s`` covers. (wall_s is added by run.)"""
+    train_s = timing.get("train_s")
+
     def rate(count: int | None) -> float | None:
-        return count / train_s if count and train_s > 0 else None
+        return count / train_s if count and train_s else None
 
     return {
         "train_s": train_s,
+        "setup_s": timing.get("setup_s"),
+        "recipe_s": timing.get("recipe_s"),
+        "timing": timing.get("timing"),
         "steps": outcome.steps,
         "completions": outcome.completions,
         "generated_tokens": outcome.generated_tokens,
@@ -100,86 +107,176 @@ def _memory_at_failure(telemetry: Any) -> str | None:
 
 def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, Any],
                         live: dict[str, Any]) -> dict[str, Any]:
-    # Heavy imports happen here, inside the worker process only.
-    import torch
-    from transformers import set_seed
-
-    from bench.context import RunContext
-    from bench.data import matched_rows
-    from bench.evaluation import evaluate
-    from bench.models import initial_model_source, load_tokenizer, resolve_device
-    from bench.registry import lookup
-    from bench.spec import MethodSpec, load_spec_dict
-    from bench.telemetry import Telemetry, account_networks, capture_environment
+    """The run's body: set up, train, account, evaluate, and fill ``result`` (each step is one function)."""
+    # Heavy imports happen inside these functions, in the worker process only.
+    from bench.spec import load_spec_dict
+    from bench.telemetry import account_networks, capture_environment
 
     spec = load_spec_dict(job["spec"])
-    # Stages run alone, so they take every core; method runs take spec.threads (see Spec.threads).
-    threads = spec.threads if job["kind"] == "method" or spec.parallel_runs == 1 else 0
+    configure_threads(spec, job["kind"])
+    seed_everything(job["seed"])
+    inputs = job_inputs(job)
+    result["environment"] = capture_environment(Path(job.get("repo_dir") or "."))
+    tokenizer = load_run_tokenizer(spec, inputs)
+    train_rows, test_rows = load_rows(spec, tokenizer, job["seed"])
+    telemetry = build_telemetry(spec, job["kind"])
+    live["telemetry"] = telemetry  # its readings describe a failure too
+    with telemetry:
+        ctx = build_context(job, spec, run_dir, inputs, train_rows, telemetry)
+        outcome = train_recipe(job["name"], ctx, telemetry)
+        networks = account_networks(outcome.networks, outcome.optimizers)
+        evaluation = evaluate_policy(spec, outcome, test_rows, telemetry) if evaluates(job) else None
+    summary = telemetry.summary()
+    count_from_telemetry(outcome, summary.get("counters") or {})
+    assemble_training(result, outcome, networks, summary)
+    if job["kind"] == "method":
+        result["training_change"] = telemetry.training_change()
+    if evaluation is not None:
+        assemble_evaluation(result, run_dir, evaluation, len(test_rows), inputs.get("warm_start_dir"))
+    return result
+
+
+# -- set-up ---------------------------------------------------------------------------------------
+def configure_threads(spec: Any, kind: str) -> None:
+    """Stages run alone, so they take every core; method runs take spec.threads (see Spec.threads)."""
+    import torch
+
+    threads = spec.threads if kind == "method" or spec.parallel_runs == 1 else 0
     if threads:
         torch.set_num_threads(threads)
-    seed = job["seed"]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (transformers.set_seed) before anything random happens."""
+    from transformers import set_seed
+
     set_seed(seed)
-    device = resolve_device(spec)
-    inputs = {k: Path(v) if v else None for k, v in job.get("inputs", {}).items()}
-    result["environment"] = capture_environment(Path(job.get("repo_dir") or "."))
+
+
+def job_inputs(job: dict[str, Any]) -> dict[str, Path | None]:
+    """The folders and files earlier stages wrote for this run (see bench.runner.run_inputs)."""
+    return {k: Path(v) if v else None for k, v in job.get("inputs", {}).items()}
+
+
+def load_run_tokenizer(spec: Any, inputs: dict[str, Path | None]) -> Any:
+    """The starting checkpoint's tokenizer; for the warm start itself, the initial model's."""
+    from bench.models import initial_model_source, load_tokenizer
 
     if inputs.get("init_model_dir"):
-        tokenizer = load_tokenizer(inputs["init_model_dir"])
-    else:  # the warm start itself: the tokenizer of the initial model renders the prompts
-        from bench.data import tokenizer_corpus
+        return load_tokenizer(inputs["init_model_dir"])
+    from bench.data import tokenizer_corpus
 
-        tokenizer = load_tokenizer(initial_model_source(spec, tokenizer_corpus(spec) if spec.model.source == "tiny" else []))
-    train_rows, test_rows = matched_rows(spec, tokenizer, seed)
+    corpus = tokenizer_corpus(spec) if spec.model.source == "tiny" else []
+    return load_tokenizer(initial_model_source(spec, corpus))
+
+
+def load_rows(spec: Any, tokenizer: Any, seed: int) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(train_rows, test_rows) with rendered prompts, in the matched order of ``seed``."""
+    from bench.data import matched_rows
+
+    return matched_rows(spec, tokenizer, seed)
+
+
+def build_telemetry(spec: Any, kind: str) -> Any:
+    """The run's Telemetry; method runs also snapshot their trainable weights (evidence training moved them)."""
+    from bench.models import resolve_device
+    from bench.telemetry import Telemetry
 
     tel = spec.telemetry
-    telemetry = Telemetry(device, interval_s=tel.sample_interval_ms / 1000.0, enabled=tel.enabled,
-                          warmup_steps=tel.warmup_steps)
-    live["telemetry"] = telemetry
-    info = lookup(job["name"])
-    recipe = info.load()
-    with telemetry:
-        ctx = RunContext(
-            spec=spec, method=job["name"], method_spec=spec.methods.get(job["name"], MethodSpec()),
-            seed=seed, run_dir=run_dir, device=device, init_model_dir=inputs.get("init_model_dir"),
-            train_rows=train_rows, telemetry=telemetry, progress=emit_progress, pool_path=inputs.get("pool_path"),
-            reward_model_dir=inputs.get("reward_model_dir"),
-        )
-        telemetry.mark_baseline()
-        train_start = time.perf_counter()
-        outcome = recipe.train(ctx)
-        train_s = time.perf_counter() - train_start
-        networks = account_networks(outcome.networks, outcome.optimizers)
-        evaluation = None
-        if job["name"] == "warm_start" or job["kind"] == "method":
-            with telemetry.phase("evaluation"):
-                evaluation = evaluate(outcome.policy, outcome.tokenizer, test_rows, spec.eval.max_new_tokens,
-                                      spec.eval.batch_size, spec.eval.samples_in_report)
-    summary = telemetry.summary()
-    counters = getattr(telemetry, "counters", {}) or {}
-    # TRL recipes are counted from outside (bench.telemetry.trl_hooks); the suite engine counts itself.
+    return Telemetry(resolve_device(spec), interval_s=tel.sample_interval_ms / 1000.0, enabled=tel.enabled,
+                     warmup_steps=tel.warmup_steps, track_training_change=kind == "method")
+
+
+def build_context(job: dict[str, Any], spec: Any, run_dir: Path, inputs: dict[str, Path | None],
+                  train_rows: list[dict[str, str]], telemetry: Any) -> Any:
+    """The RunContext the recipe trains from."""
+    from bench.context import RunContext
+    from bench.models import resolve_device
+
+    return RunContext(
+        spec=spec, method=job["name"], method_spec=spec.methods.get(job["name"]),
+        seed=job["seed"], run_dir=run_dir, device=resolve_device(spec), init_model_dir=inputs.get("init_model_dir"),
+        train_rows=train_rows, telemetry=telemetry, progress=emit_progress, pool_path=inputs.get("pool_path"),
+        reward_model_dir=inputs.get("reward_model_dir"),
+    )
+
+
+# -- training ---------------------------------------------------------------------------------------
+def train_recipe(name: str, ctx: Any, telemetry: Any) -> Any:
+    """Run the recipe, marking its start and end for the setup / training split.
+
+    The baseline read here is a fallback, taken before the recipe loads its models; the telemetry
+    callback replaces it at ``on_train_begin`` (models loaded), which is what ``baseline_bytes`` means.
+    """
+    from bench.registry import lookup
+    from bench.telemetry.tracker import BASELINE_BEFORE_LOAD
+
+    recipe = lookup(name).load()
+    telemetry.mark_baseline(BASELINE_BEFORE_LOAD)
+    telemetry.mark_recipe_start()
+    try:
+        return recipe.train(ctx)
+    finally:
+        telemetry.mark_recipe_end()
+
+
+def count_from_telemetry(outcome: Any, counters: dict[str, Any]) -> None:
+    """Fill the outcome's counts from the telemetry's counters where the recipe left them empty.
+
+    TRL recipes are counted from outside (bench.telemetry.trl_hooks); the suite engine counts itself.
+    """
     if not outcome.completions and counters.get("completions"):
         outcome.completions = int(counters["completions"])
         outcome.generated_tokens = int(counters.get("generated_tokens", 0))
     if outcome.trained_tokens is None and counters.get("trained_tokens"):
         outcome.trained_tokens = int(counters["trained_tokens"])
 
+
+# -- evaluation -----------------------------------------------------------------------------------
+def evaluates(job: dict[str, Any]) -> bool:
+    """Method runs and the warm start are evaluated (the warm start's score is every method's 'before')."""
+    return job["name"] == "warm_start" or job["kind"] == "method"
+
+
+def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], telemetry: Any) -> dict[str, Any]:
+    """Greedy evaluation of the trained policy on the held-out rows, timed as phase 'evaluation'."""
+    from bench.evaluation import evaluate
+    from bench.generation import eos_token_ids, sampling_settings
+
+    # Explicit settings, built from the spec alone (not from the model's generation_config), so that every
+    # method is evaluated with the same decoding; evaluate() returns them as "generation" for the result.
+    settings = sampling_settings(spec, outcome.tokenizer, eos_token_ids(outcome.policy, outcome.tokenizer),
+                                 greedy=True)
+    with telemetry.phase("evaluation"):
+        return evaluate(outcome.policy, outcome.tokenizer, test_rows, spec.eval.max_new_tokens,
+                        spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
+
+
+# -- the result -----------------------------------------------------------------------------------
+def assemble_training(result: dict[str, Any], outcome: Any, networks: dict[str, Any],
+                      summary: dict[str, Any]) -> None:
+    """Memory, phases, throughput, curves, metrics and settings of the training."""
     result["memory"] = {**summary["memory"], "networks": networks}
     result["phases"] = summary["phases"]
-    result["throughput"] = throughput(outcome, train_s, summary)
+    result["throughput"] = throughput(outcome, summary.get("timing") or {}, summary)
     result["curves"] = outcome.log_history
     result["metrics"] = dict(outcome.metrics)
     result["settings"] = dict(outcome.settings)
-    if evaluation is not None:
-        result["accuracy"]["n_questions"] = len(test_rows)
-        result["accuracy"]["after"] = evaluation["scores"]
-        result["samples"] = evaluation["samples"]
-        result["metrics"]["eval_mean_length_tokens"] = evaluation["mean_length_tokens"]
-        write_jsonl(run_dir / EVAL_FILE, evaluation["verdicts"])
-        result["eval_file"] = EVAL_FILE
-        before = read_result(inputs["warm_start_dir"]) if inputs.get("warm_start_dir") else None
-        if before is not None:
-            result["accuracy"]["before"] = before["accuracy"]["after"]
-    return result
+
+
+def assemble_evaluation(result: dict[str, Any], run_dir: Path, evaluation: dict[str, Any], n_questions: int,
+                        warm_start_dir: Path | None) -> None:
+    """Accuracy after (and before, from the warm start's result), samples, and the per-question verdicts file."""
+    result["accuracy"]["n_questions"] = n_questions
+    result["accuracy"]["after"] = evaluation["scores"]
+    result["samples"] = evaluation["samples"]
+    result["metrics"]["eval_mean_length_tokens"] = evaluation["mean_length_tokens"]
+    result["generation"] = evaluation.get("generation")  # the decoding settings the evaluation used
+    write_jsonl(run_dir / EVAL_FILE, evaluation["verdicts"])
+    result["eval_file"] = EVAL_FILE
+    before = read_result(warm_start_dir) if warm_start_dir else None
+    if before is not None:
+        result["accuracy"]["before"] = before["accuracy"]["after"]
 
 
 def main(argv: list[str] | None = None) -> int:

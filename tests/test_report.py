@@ -50,6 +50,7 @@ def make_result(
     samples: list[dict[str, Any]] | None = None,
     settings: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
+    changed: float | None = None,
 ) -> dict[str, Any]:
     """A filled result dict in the bench.results schema."""
     res = empty_result(run_id, kind, method, label, engine, seed)
@@ -87,6 +88,9 @@ def make_result(
         res["curves"] = [{"step": s, "reward": 0.1 * s, "kl": 0.01 * s, "loss": 1.0 / (s + 1)} for s in range(1, 11)]
     res["samples"] = samples or [{"question": "What is 2+2?", "completion": "<think>2+2</think> 4", "gold": "4",
                                   "correct": True}]
+    if changed is not None:
+        res["training_change"] = {"params_changed_fraction": changed, "update_to_weight_ratio": 1e-4,
+                                  "trainable_params": 1000, "method": "exact"}
     res["settings"] = settings if settings is not None else {"learning_rate": 1e-5, "beta": 0.04}
     res["environment"] = {"python": "3.11", "gpu": None, "torch": "2.5.0"}
     res["spec"] = {"preset": "cpu-tiny"}
@@ -122,11 +126,12 @@ def make_suite(root: Path) -> Path:
     hostile = [{"question": "Q <b>bold</b>?", "completion": "<script>alert(1)</script> answer 4", "gold": "4",
                 "correct": False}]
     write_json_atomic(r / "grpo-s0" / "result.json", make_result(
-        "grpo-s0", "grpo", "GRPO (TRL)", after=24, samples=hostile,
+        "grpo-s0", "grpo", "GRPO (TRL)", after=24, samples=hostile, changed=0.1,
         settings={"learning_rate": 1e-5, "beta": 0.04, "num_generations": 8}))
     write_verdicts(r / "grpo-s0", [True] * 24 + [False] * 16)
     write_json_atomic(r / "ppo-s0" / "result.json", make_result(
         "ppo-s0", "ppo", "PPO (suite engine)", engine="suite", after=18, source="cuda-allocated", peak_mib=900.0,
+        changed=0.98,
         networks=("actor", "critic", "reward", "reference"),
         settings={"learning_rate": 1e-5, "beta": 0.04, "vf_coef": 0.1}))
     write_verdicts(r / "ppo-s0", [True] * 18 + [False] * 22)
@@ -195,6 +200,35 @@ def test_csv_rows_values(built: Path) -> None:
     assert all(missing[c] == "" for c in REQUIRED_FIRST[3:])
     corrupt = rows["ppo_verifier-s0"]
     assert corrupt["status"] == "not_run" and "unreadable" in corrupt["error"]
+
+
+def test_params_changed_fraction_column_and_low_change_warning(built: Path) -> None:
+    rows = {r["run_id"]: r for r in _csv(built)}
+    assert "params_changed_fraction" in CSV_COLUMNS
+    assert float(rows["grpo-s0"]["params_changed_fraction"]) == pytest.approx(0.1)
+    assert float(rows["ppo-s0"]["params_changed_fraction"]) == pytest.approx(0.98)
+    assert rows["dpo-s0"]["params_changed_fraction"] == ""  # failed: not measured, not 0
+    warning = "training moved only 10.0% of the trained weights"
+    md = (built / "summary.md").read_text(encoding="utf-8")
+    page = (built / "index.html").read_text(encoding="utf-8")
+    assert f"> **Warning:** GRPO (TRL): {warning}" in md
+    assert warning in page and 'class="warning"' in page
+    assert "PPO (suite engine): training moved only" not in md + page  # 98% is not flagged
+    assert "| 10.0% |" in md and "| 98.0% |" in md  # the headline column
+
+
+def test_legend_says_which_readings_are_high_water_marks(tmp_path: Path) -> None:
+    from bench.report.tables import notes
+
+    suite = tmp_path / "gpu"
+    res = make_result("grpo-s0", "grpo", "GRPO (TRL)", source="cuda-reserved")
+    res["memory"]["kind"] = "high-water mark"
+    write_json_atomic(suite / "runs" / "grpo-s0" / "result.json", res)
+    build_report(suite)
+    legend = " ".join(notes(load_suite(suite)))
+    assert "`cuda-reserved`" in legend and "high-water mark" in legend
+    page = (suite / "index.html").read_text(encoding="utf-8")
+    assert "Per-phase readings are high-water marks" in page  # the memory figure's caption
 
 
 def test_html_escapes_model_text_and_shows_everything(built: Path) -> None:

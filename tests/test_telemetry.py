@@ -340,6 +340,131 @@ def test_disabled_mode_records_only_wall_time_and_maxrss() -> None:
     assert tel.phase("x") is tel.phase("y")  # one shared no-op context manager
 
 
+# ---------------------------------------------------------------------------------------------
+# the training window: setup vs training time, the post-load baseline, weight change
+# ---------------------------------------------------------------------------------------------
+def _fire(callback: object, event: str, **kwargs: object) -> None:
+    """Call a TrainerCallback hook as the Trainer does: (args, state, control, **kwargs)."""
+    getattr(callback, event)(None, None, None, **kwargs)
+
+
+def test_setup_and_train_time_split_at_the_train_hooks() -> None:
+    from bench.telemetry.tracker import TIMING_TRAIN_WINDOW
+
+    with Telemetry("cpu", interval_s=0.01, warmup_steps=0) as tel:
+        callback = tel.trainer_callback()
+        tel.mark_recipe_start()
+        time.sleep(0.15)  # "model loading, trainer construction"
+        _fire(callback, "on_train_begin", model=_tiny())
+        for _ in range(2):
+            _fire(callback, "on_step_begin")
+            time.sleep(0.1)
+            _fire(callback, "on_step_end")
+        _fire(callback, "on_train_end")
+        time.sleep(0.1)  # e.g. saving the model after training
+        tel.mark_recipe_end()
+    timing = tel.summary()["timing"]
+    assert timing["timing"] == TIMING_TRAIN_WINDOW
+    assert timing["setup_s"] >= 0.15
+    assert timing["train_s"] >= 0.2
+    assert timing["train_s"] >= sum(tel.summary()["step_times_s"]) - 1e-6  # the steps lie inside the window
+    assert timing["setup_s"] + timing["train_s"] + 0.1 <= timing["recipe_s"] + 1e-6  # the tail is neither
+
+
+def test_a_recipe_without_train_hooks_is_timed_whole() -> None:
+    from bench.telemetry.tracker import BASELINE_BEFORE_LOAD, TIMING_WHOLE_RECIPE
+
+    with Telemetry("cpu", interval_s=0.01) as tel:
+        tel.mark_baseline(BASELINE_BEFORE_LOAD)
+        tel.mark_recipe_start()
+        time.sleep(0.05)
+        tel.mark_recipe_end()
+    s = tel.summary()
+    assert s["timing"]["timing"] == TIMING_WHOLE_RECIPE
+    assert s["timing"]["setup_s"] is None
+    assert s["timing"]["train_s"] == s["timing"]["recipe_s"] >= 0.05
+    assert s["memory"]["baseline_at"] == BASELINE_BEFORE_LOAD
+
+
+def test_baseline_is_read_at_on_train_begin_after_the_models_load() -> None:
+    from bench.telemetry.tracker import BASELINE_AFTER_LOAD, BASELINE_BEFORE_LOAD
+
+    with Telemetry("cpu", interval_s=0.01) as tel:
+        before = tel.mark_baseline(BASELINE_BEFORE_LOAD)[CPU_RSS]
+        tel.mark_recipe_start()
+        weights = torch.ones(64 * 2**20 // 4)  # 64 MiB of "model", written, so resident
+        _fire(tel.trainer_callback(), "on_train_begin", model=_tiny())
+        tel.mark_recipe_end()
+    memory = tel.summary()["memory"]
+    assert memory["baseline_at"] == BASELINE_AFTER_LOAD
+    assert memory["baseline_bytes"] >= before + 48 * 2**20  # the loaded weights are in the baseline
+    del weights
+
+
+def test_only_the_first_train_begin_counts() -> None:
+    with Telemetry("cpu", interval_s=0.01) as tel:
+        callback = tel.trainer_callback()
+        tel.mark_recipe_start()
+        _fire(callback, "on_train_begin", model=_tiny())
+        time.sleep(0.1)
+        _fire(callback, "on_train_end")
+        _fire(callback, "on_train_begin", model=_tiny())  # a second trainer in the same recipe
+        time.sleep(0.05)
+        _fire(callback, "on_train_end")
+        tel.mark_recipe_end()
+    assert tel.summary()["timing"]["train_s"] >= 0.15  # first begin to last end
+
+
+def test_training_change_through_the_callback() -> None:
+    model = _tiny()
+    with Telemetry("cpu", interval_s=0.01, track_training_change=True) as tel:
+        callback = tel.trainer_callback()
+        tel.mark_recipe_start()
+        _fire(callback, "on_train_begin", model=model)
+        with torch.no_grad():
+            model[1].weight.add_(0.5)  # 16 of 58 elements move
+        _fire(callback, "on_train_end")  # no model: the one snapshotted at on_train_begin is compared
+        tel.mark_recipe_end()
+    change = tel.training_change()
+    assert change["params_changed_fraction"] == pytest.approx(16 / N_PARAMS)
+    assert change["trainable_params"] == N_PARAMS and change["method"] == "exact"
+
+
+def test_training_change_says_why_it_is_missing() -> None:
+    with Telemetry("cpu", track_training_change=True) as tel:
+        _fire(tel.trainer_callback(), "on_train_begin")  # an engine that passes no model
+        _fire(tel.trainer_callback(), "on_train_end")
+    change = tel.training_change()
+    assert change["params_changed_fraction"] is None and "no model" in change["reason"]
+    untracked = Telemetry("cpu")
+    assert untracked.training_change()["reason"] == "not tracked for this run"
+
+
+def test_timing_is_recorded_with_telemetry_disabled() -> None:
+    """The overhead benchmark compares train_s with telemetry off and on: both must have one."""
+    with Telemetry("cpu", enabled=False) as tel:
+        tel.mark_recipe_start()
+        _fire(tel.trainer_callback(), "on_train_begin", model=_tiny())
+        time.sleep(0.02)
+        _fire(tel.trainer_callback(), "on_train_end")
+        tel.mark_recipe_end()
+    assert tel.summary()["timing"]["train_s"] >= 0.02
+
+
+def test_memory_readings_are_labelled_peak_or_high_water_mark(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = {"used": 1_000, "procs": [(os.getpid(), 100)]}
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(state))
+    with Telemetry("cuda", interval_s=0.01) as tel:
+        with tel.phase("generation"):
+            pass
+    memory = tel.summary()["memory"]
+    phase = memory["phases"]["generation"]
+    assert memory["kind"] == phase["kind"] == "peak (reset per phase)"  # cuda-allocated, the headline source
+    assert phase["kinds"][NVML_DEVICE] == phase["kinds"][NVML_PROCESS] == "high-water mark"
+    assert phase["kinds"][CPU_RSS] == "sampled peak (reset per phase)"
+    assert set(phase["kinds"]) == set(phase["by_source"])  # every reading carries its kind
+
+
 def test_capture_environment_fields() -> None:
     env = capture_environment()
     for key in ("os", "python", "cpu_model", "cpu_count_logical", "ram_bytes", "gpu_count", "driver_version",
@@ -409,12 +534,20 @@ def test_grpo_trainer_instrumented(tmp_path: Path) -> None:
                           processing_class=tokenizer)
     assert trainer.ref_model is not None
 
-    with Telemetry("cpu", interval_s=0.01, warmup_steps=0) as tel:
-        tel.mark_baseline()
+    with Telemetry("cpu", interval_s=0.01, warmup_steps=0, track_training_change=True) as tel:
         instrument_trl_trainer(trainer, tel)
         instrument_trl_trainer(trainer, tel)  # idempotent
+        tel.mark_recipe_start()
         trainer.train()
+        tel.mark_recipe_end()
     s = tel.summary()
+    # the Trainer fires on_train_begin / on_train_end with its model: the window and the snapshot attach
+    assert s["timing"]["timing"] == "first on_train_begin to last on_train_end"
+    assert s["timing"]["setup_s"] >= 0 and s["timing"]["train_s"] >= sum(s["step_times_s"]) - 1e-6
+    assert s["memory"]["baseline_at"] == "on_train_begin (models loaded)"
+    change = tel.training_change()
+    assert change["trainable_params"] == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert 0 < change["params_changed_fraction"] <= 1 and change["update_to_weight_ratio"] > 0
 
     phases = s["phases"]
     for name in ("generation", "reward", "reference", "update"):

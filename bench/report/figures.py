@@ -185,6 +185,17 @@ def _draw_measured(ax: Any, runs: list[Run], names: dict[str, str], source: str)
     return True
 
 
+def _kind_note(runs: list[Run], source: str) -> str:
+    """' Per-phase readings are high-water marks ...' from the kind the runs recorded, or ''."""
+    kinds = list(dict.fromkeys(k for k in (fmt.memory_kind(r, source) for r in runs) if k))
+    if not kinds:
+        return ""
+    if kinds == ["high-water mark"]:
+        return (" Per-phase readings are high-water marks: the allocator keeps its cache, so a later phase's "
+                "figure includes memory held by earlier ones.")
+    return f" Per-phase readings: {', '.join(kinds)}."
+
+
 def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     """One chart per measured memory source (static accounting beside it), plus a static-only chart for runs
     that have network accounting but no measured reading."""
@@ -206,9 +217,9 @@ def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
             continue  # every reading of this source was null: nothing honest to draw
         fig.suptitle(f"Peak memory per method — measured source: {source}")
         name = _save(fig, out_dir, f"memory_{_slug(source)}.png")
-        out.append(FigureInfo(name, f"Memory, source {source}: static accounting per network (left) and measured "
-                                    f"peak per phase (right, {source} only)." if drawn_static else
-                                    f"Measured peak memory per phase, source {source}."))
+        caption = (f"Memory, source {source}: static accounting per network (left) and measured peak per phase "
+                   f"(right, {source} only)." if drawn_static else f"Measured peak memory per phase, source {source}.")
+        out.append(FigureInfo(name, caption + _kind_note(members, source)))
     static_only = [r for r in runs if not _run_sources(r) and _static(r)]
     if static_only:
         fig, axes = _new(max(5.0, 1.3 * len(static_only) + 2), 4.5)

@@ -104,6 +104,30 @@ def throughput(run: Run, key: str) -> float | None:
     return num(run.result.get("throughput", {}).get(key))
 
 
+def training_change(run: Run, key: str) -> Any:
+    """``result["training_change"][key]`` (None when the run recorded no comparison)."""
+    block = run.result.get("training_change")
+    return block.get(key) if isinstance(block, dict) else None
+
+
+def changed_fraction(run: Run) -> float | None:
+    """Share of the trained weights that training changed (0..1), or None when not measured."""
+    return num(training_change(run, "params_changed_fraction"))
+
+
+def memory_kind(run: Run, source: str) -> str | None:
+    """What a per-phase reading of ``source`` is in this run ("high-water mark", "peak (reset per phase)"),
+    as the run recorded it; None for results that predate the label."""
+    memory = run.result.get("memory", {})
+    if memory.get("source") == source and isinstance(memory.get("kind"), str):
+        return memory["kind"]
+    for phase in (memory.get("phases") or {}).values():
+        kinds = phase.get("kinds") if isinstance(phase, dict) else None
+        if isinstance(kinds, dict) and isinstance(kinds.get(source), str):
+            return kinds[source]
+    return None
+
+
 def error_text(run: Run) -> str:
     """'OutOfMemoryError: CUDA out of memory (memory at failure: 74.2 GiB)' or '' when no error."""
     err = run.result.get("error")

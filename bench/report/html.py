@@ -41,6 +41,7 @@ figcaption { font-size: .85rem; color: #555; }
 .meta { color: #666; font-size: .9rem; } .problems { color: #8a1f11; }
 .sample { border: 1px solid #e3e3e3; padding: .5rem; margin: .5rem 0; }
 .ok { color: #1e6b34; } .wrong { color: #8a1f11; }
+.warning { background: #fff4e0; border-left: 4px solid #d9822b; padding: .4rem .6rem; margin: .4rem 0; }
 </style>
 </head>
 <body>
@@ -59,6 +60,7 @@ figcaption { font-size: .85rem; color: #555; }
 {% if row.error %}<tr><td class="error" colspan="{{ headline_columns|length }}">{{ row.error }}</td></tr>{% endif %}
 {% endfor %}
 </table>
+{% for w in weight_warnings %}<p class="warning"><strong>Warning:</strong> {{ w }}</p>{% endfor %}
 {% else %}<p>No method runs were planned or found.</p>{% endif %}
 
 {% if differs_rows %}
@@ -170,6 +172,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         suite=suite,
         headline_columns=tables.HEADLINE_COLUMNS,
         headline=tables.headline_rows(suite),
+        weight_warnings=tables.weight_change_warnings(suite),
         differs_header=differs_header,
         differs_rows=differs_rows,
         paired=tables.paired_tests(suite),

@@ -28,7 +28,12 @@ CSV_COLUMNS = [
     "n_questions", "baseline_memory_bytes",
     "train_s", "steps", "step_s_median", "step_s_p90", "trained_tokens_per_s",
     "error",
+    "setup_s", "params_changed_fraction", "update_to_weight_ratio",
 ]
+
+LOW_CHANGE = 0.5
+"""A method run whose training changed less than this share of its trained weights is flagged: most of its
+updates were lost (e.g. rounded away in bfloat16 weights) or never applied."""
 
 
 def csv_row(run: Run) -> dict[str, Any]:
@@ -72,6 +77,9 @@ def csv_row(run: Run) -> dict[str, Any]:
         "step_s_p90": fmt.throughput(run, "step_s_p90"),
         "trained_tokens_per_s": fmt.throughput(run, "trained_tokens_per_s"),
         "error": fmt.error_text(run) or run.note or None,
+        "setup_s": fmt.throughput(run, "setup_s"),
+        "params_changed_fraction": fmt.changed_fraction(run),
+        "update_to_weight_ratio": fmt.num(fmt.training_change(run, "update_to_weight_ratio")),
     }
 
 
@@ -90,6 +98,7 @@ def write_csv(suite: Suite, path: Path) -> Path:
 HEADLINE_COLUMNS = [
     "method", "seed", "status", "accuracy strict (before → after, 95% CI)",
     "accuracy flexible (before → after, 95% CI)", "peak memory (source)", "completions/s", "tokens/s", "wall time",
+    "trained weights changed",
 ]
 
 
@@ -109,11 +118,28 @@ def headline_rows(suite: Suite) -> list[dict[str, Any]]:
                 fmt.float_text(fmt.throughput(run, "completions_per_s")),
                 fmt.float_text(fmt.throughput(run, "tokens_per_s"), 1),
                 fmt.float_text(fmt.throughput(run, "wall_s"), 1, " s"),
+                fmt.pct(fmt.changed_fraction(run)),
             ],
             "status": run.status,
             "error": fmt.error_text(run),
         })
     return rows
+
+
+def weight_change_warnings(suite: Suite) -> list[str]:
+    """One warning per ok method run whose training changed under :data:`LOW_CHANGE` of its trained weights."""
+    names = fmt.display_names(suite.methods)
+    out = []
+    for run in suite.methods:
+        share = fmt.changed_fraction(run)
+        if run.status != "ok" or share is None or share >= LOW_CHANGE:
+            continue
+        how = fmt.training_change(run, "method") or "not recorded"
+        total = fmt.num(fmt.training_change(run, "trainable_params"))
+        count = f"; {int(total):,} trainable elements" if total is not None else ""
+        out.append(f"{names[run.run_id]}: training moved only {fmt.pct(share)} of the trained weights "
+                   f"(comparison: {how}{count}); most updates did not change a stored value.")
+    return out
 
 
 def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
@@ -201,11 +227,17 @@ def memory_sources(suite: Suite) -> list[str]:
 
 
 SOURCE_NOTES = {
-    "cpu-rss": "resident set size of the worker process tree (CPU run; includes the Python runtime)",
-    "cuda-allocated": "torch.cuda.max_memory_allocated: tensors alive in PyTorch's caching allocator",
-    "cuda-reserved": "torch.cuda.max_memory_reserved: memory the caching allocator holds (>= allocated)",
-    "nvml-process": "NVML: device memory used by this process tree (includes CUDA context)",
-    "nvml-device": "NVML: device-wide used memory (includes other processes)",
+    "cpu-rss": "resident set size of the worker process tree (CPU run; includes the Python runtime); "
+               "per-phase figures are the highest reading sampled during that phase",
+    "cuda-allocated": "torch.cuda.max_memory_allocated: tensors alive in PyTorch's caching allocator; "
+                      "per-phase figures are peaks of that phase (the counter is reset per phase)",
+    "cuda-reserved": "torch.cuda.max_memory_reserved: memory the caching allocator holds (>= allocated); "
+                     "per-phase figures are high-water marks: the allocator keeps its cache, so a phase's figure "
+                     "includes memory reserved by earlier phases",
+    "nvml-process": "NVML: device memory used by this process tree (includes CUDA context); per-phase figures "
+                    "are high-water marks (the caching allocator keeps what it reserved)",
+    "nvml-device": "NVML: device-wide used memory (includes other processes); per-phase figures are high-water "
+                   "marks (the caching allocator keeps what it reserved)",
 }
 
 
@@ -214,8 +246,12 @@ def notes(suite: Suite) -> list[str]:
     out = [
         "Accuracy: greedy decoding on the held-out split; *strict* needs the answer in the expected format "
         "(answer tags or `####`), *flexible* takes the last number. Brackets are 95% Wilson intervals.",
-        "Throughput: completions/s and tokens/s are generated completions and tokens per second of the "
-        "training loop; wall time is the whole worker (load + train + evaluation).",
+        "Throughput: completions/s and tokens/s are generated completions and tokens per second of training, "
+        "timed from the first training step (on_train_begin) to its end (on_train_end); model loading and "
+        "trainer set-up (setup_s in results.csv) are left out. A recipe that fires no on_train_begin is timed "
+        "whole (its throughput.timing says so). Wall time is the whole worker (load + train + evaluation).",
+        "Trained weights changed: the share of trainable elements (requires_grad; LoRA: the adapters) whose "
+        f"stored value differs after training; below {LOW_CHANGE:.0%} the run is flagged.",
         "Memory readings from different sources are not comparable and are never charted together.",
     ]
     parallel = (suite.spec or {}).get("parallel_runs", 1) or 1
@@ -254,6 +290,8 @@ def summary_markdown(suite: Suite) -> str:
             parts.append(f"- **{_md_cell(label)}** (seed {seed}) failed: {_md_cell(err)}")
         if errors:
             parts.append("")
+        warnings = weight_change_warnings(suite)
+        parts += [f"> **Warning:** {_md_cell(w)}" for w in warnings] + ([""] if warnings else [])
     else:
         parts += ["No method runs were planned or found.", ""]
     header, rows = what_differs(suite)

@@ -5,6 +5,8 @@ Sources (all bytes):
 - ``cuda-allocated`` / ``cuda-reserved``: torch's allocator peaks (``max_memory_allocated`` /
   ``max_memory_reserved``), reset at every phase boundary. Only when ``torch.cuda.is_available()``;
   on a CPU machine torch returns 0 for these, which is not a measurement and is never reported.
+  The reset isolates a phase only for ``cuda-allocated``: the caching allocator keeps what it reserved,
+  so per-phase ``cuda-reserved`` (like NVML) is a high-water mark (:data:`READING_KINDS`).
 - ``nvml-device``: memory used on the whole GPU (every process, the driver's own context included).
 - ``nvml-process``: the sum of ``usedGpuMemory`` of the GPU's processes whose PID is this process or
   one of its children. Inside a container NVML may list host PIDs that match none of ours: then there
@@ -35,6 +37,29 @@ CPU_MAXRSS = "cpu-maxrss"
 """Lifetime high-water mark of this process's RSS (getrusage); used only when telemetry is disabled."""
 
 SOURCES = (CUDA_ALLOCATED, CUDA_RESERVED, NVML_DEVICE, NVML_PROCESS, CPU_RSS)
+
+PEAK_RESET_PER_PHASE = "peak (reset per phase)"
+HIGH_WATER_MARK = "high-water mark"
+SAMPLED_PEAK = "sampled peak (reset per phase)"
+READING_KINDS = {
+    CUDA_ALLOCATED: PEAK_RESET_PER_PHASE,
+    # reset_peak_memory_stats sets the reserved peak to what is reserved *now*, and the caching allocator
+    # keeps what it reserved until empty_cache(): a phase's figure includes memory cached by earlier phases.
+    CUDA_RESERVED: HIGH_WATER_MARK,
+    # NVML sees the allocator's cache too (and, for the device, every other process).
+    NVML_DEVICE: HIGH_WATER_MARK,
+    NVML_PROCESS: HIGH_WATER_MARK,
+    # Polled RSS, peak kept per phase window; RSS falls when memory is returned to the OS.
+    CPU_RSS: SAMPLED_PEAK,
+    CPU_MAXRSS: "lifetime high-water mark",
+}
+"""What a per-phase reading of each source means. A high-water mark can only rise from phase to phase, so
+it says how much the run held by then, not what that phase needed; only ``cuda-allocated`` isolates a phase."""
+
+
+def reading_kind(source: str | None) -> str | None:
+    """The kind of a reading from ``source`` (see :data:`READING_KINDS`); None for an unknown source."""
+    return READING_KINDS.get(source) if source else None
 
 
 def primary_source(device: str) -> str:

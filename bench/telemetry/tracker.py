@@ -12,6 +12,12 @@ it by running the same work with ``enabled=False``.
 
 Phases and steps are driven from the training thread only (the memory sampler is the only other
 thread); they are not meant to be opened from worker threads.
+
+Training window: the trainer callback's ``on_train_begin`` / ``on_train_end`` mark where training starts
+and ends, so that model loading and trainer construction (``setup_s``) are not charged to throughput
+(``train_s``). At ``on_train_begin`` the models are loaded: the memory baseline is read there, and (when
+asked) the trainable weights are snapshotted to show at ``on_train_end`` that training moved them
+(:mod:`bench.telemetry.param_change`).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+import weakref
 from typing import Any, Iterator
 
 from bench.telemetry.memory import (
@@ -30,12 +37,20 @@ from bench.telemetry.memory import (
     _fold,
     max_rss_bytes,
     primary_source,
+    reading_kind,
 )
+from bench.telemetry.param_change import ParamSnapshot
 
 OTHER = "other"
 """Time inside an optimizer step that no phase claimed (clipping, scheduler, callbacks)."""
 
 _NULL = contextlib.nullcontext()
+
+BASELINE_AFTER_LOAD = "on_train_begin (models loaded)"
+BASELINE_BEFORE_LOAD = "recipe start (before models load)"
+TIMING_TRAIN_WINDOW = "first on_train_begin to last on_train_end"
+TIMING_WHOLE_RECIPE = "whole recipe (no on_train_begin fired)"
+TIMING_NO_END = "on_train_begin to recipe end (no on_train_end fired)"
 
 
 class Telemetry:
@@ -48,9 +63,13 @@ class Telemetry:
             process's lifetime peak RSS are recorded (to measure the telemetry's own overhead).
         warmup_steps: the first steps left out of ``step_s_median`` / ``step_s_p90`` (compilation,
             allocator growth, first-call caches).
+        track_training_change: snapshot the trainable weights at ``on_train_begin`` and compare them at
+            ``on_train_end`` (host memory: see :mod:`bench.telemetry.param_change`). Independent of
+            ``enabled``: the snapshot is taken outside the training window, so it costs no training time.
     """
 
-    def __init__(self, device: str, interval_s: float = 0.05, enabled: bool = True, warmup_steps: int = 2) -> None:
+    def __init__(self, device: str, interval_s: float = 0.05, enabled: bool = True, warmup_steps: int = 2,
+                 track_training_change: bool = False) -> None:
         self.device = str(device)
         self.interval_s = float(interval_s)
         self.enabled = bool(enabled)
@@ -77,6 +96,18 @@ class Telemetry:
         self._baseline: dict[str, int] = {}
         self._maxrss_end: int | None = None
         self._sources: list[str] = []
+        self._baseline_at: str | None = None
+        # training window (perf_counter seconds)
+        self._t_recipe_start: float | None = None
+        self._t_recipe_end: float | None = None
+        self._t_train_begin: float | None = None
+        self._t_train_end: float | None = None
+        # evidence that training moved the weights
+        self.track_training_change = bool(track_training_change)
+        self._snapshot: ParamSnapshot | None = None
+        self._snapshot_model: Any = None  # weakref to the model snapshotted, for an on_train_end without one
+        self._training_change: dict[str, Any] | None = None
+        self._training_change_reason = "on_train_begin did not fire"
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Telemetry":
@@ -218,8 +249,13 @@ class Telemetry:
         self._step_times.append(self._t_last - self._step_start)
 
     # -- readings --------------------------------------------------------------------------------
-    def mark_baseline(self) -> dict[str, int]:
-        """Record current memory (after model load, before training) per source (bytes)."""
+    def mark_baseline(self, at: str = BASELINE_AFTER_LOAD) -> dict[str, int]:
+        """Record current memory per source (bytes) as the baseline, labelled with when it was read.
+
+        The baseline means "after the models are loaded, before training": :meth:`train_begin` reads it at
+        ``on_train_begin``. A caller may read one earlier (``at=BASELINE_BEFORE_LOAD``) as the fallback for
+        a recipe that never fires ``on_train_begin``; the later reading replaces it.
+        """
         if not self.enabled:
             return {}
         if self._t_start is None:
@@ -231,7 +267,86 @@ class Telemetry:
         if self._sampler is not None:
             readings.update(self._sampler.sample_now())
         self._baseline = readings
+        self._baseline_at = at
         return dict(readings)
+
+    # -- the training window ---------------------------------------------------------------------
+    def mark_recipe_start(self) -> None:
+        """The recipe is called (models not loaded yet): ``setup_s`` counts from here."""
+        self._t_recipe_start = time.perf_counter()
+
+    def mark_recipe_end(self) -> None:
+        """The recipe returned."""
+        self._t_recipe_end = time.perf_counter()
+
+    def train_begin(self, model: Any = None) -> None:
+        """Training starts (``on_train_begin``): baseline, weight snapshot, then the training clock.
+
+        Only the first call counts (a recipe that runs several trainers is timed from the first one's
+        start). The baseline and snapshot come before the clock starts, so their cost is not training time.
+        """
+        if self._t_train_begin is not None:
+            return
+        self.mark_baseline(BASELINE_AFTER_LOAD)
+        if self.track_training_change:
+            self._take_snapshot(model)
+        self._t_train_begin = time.perf_counter()
+
+    def train_end(self, model: Any = None) -> None:
+        """Training ends (``on_train_end``): stop the training clock, then compare the weights.
+
+        Every call moves the end (the last trainer's end counts) and redoes the comparison against the
+        first snapshot. ``model`` defaults to the model snapshotted at ``on_train_begin``.
+        """
+        self._t_train_end = time.perf_counter()
+        if self._snapshot is None:
+            return
+        if model is None and self._snapshot_model is not None:
+            model = self._snapshot_model()
+        if model is None:
+            self._training_change_reason = "the model snapshotted at on_train_begin was gone at on_train_end"
+            return
+        self._training_change = self._snapshot.compare(model)
+
+    def _take_snapshot(self, model: Any) -> None:
+        if model is None:
+            self._training_change_reason = "on_train_begin carried no model (kwargs['model'])"
+            return
+        self._snapshot = ParamSnapshot.take(model)
+        try:
+            self._snapshot_model = weakref.ref(model)
+        except TypeError:  # not weak-referenceable: on_train_end must pass the model
+            self._snapshot_model = None
+        self._training_change_reason = "on_train_end did not fire"
+
+    def timing(self) -> dict[str, Any]:
+        """Setup and training time (seconds), and which window ``train_s`` covers (``timing``).
+
+        ``setup_s``: recipe start -> first ``on_train_begin`` (model loading, trainer construction);
+        ``train_s``: first ``on_train_begin`` -> last ``on_train_end``; ``recipe_s``: the whole recipe.
+        A recipe that fires no ``on_train_begin`` is timed whole: ``train_s`` = ``recipe_s``, ``setup_s`` None.
+        """
+        recipe_s = _span(self._t_recipe_start, self._t_recipe_end)
+        begin, end = self._t_train_begin, self._t_train_end
+        if begin is None:
+            return {"setup_s": None, "train_s": recipe_s, "recipe_s": recipe_s, "timing": TIMING_WHOLE_RECIPE}
+        if end is None or end < begin:
+            label, end = TIMING_NO_END, self._t_recipe_end
+        else:
+            label = TIMING_TRAIN_WINDOW
+        return {"setup_s": _span(self._t_recipe_start, begin), "train_s": _span(begin, end),
+                "recipe_s": recipe_s, "timing": label}
+
+    def training_change(self) -> dict[str, Any]:
+        """The weight comparison (see :meth:`ParamSnapshot.compare`), or why there is none.
+
+        Without a comparison every figure is None and ``reason`` says what was missing.
+        """
+        if self._training_change is not None:
+            return dict(self._training_change)
+        reason = self._training_change_reason if self.track_training_change else "not tracked for this run"
+        return {"params_changed_fraction": None, "update_to_weight_ratio": None, "trainable_params": None,
+                "method": None, "reason": reason}
 
     def wall_s(self) -> float | None:
         """Seconds from start to stop (to now while running); None before start."""
@@ -244,16 +359,19 @@ class Telemetry:
         """Everything measured, in the shapes of the result file's sections (bytes, seconds).
 
         ``memory.peak_bytes`` / ``baseline_bytes`` / per-phase ``peak_bytes`` come from ``source``
-        (the primary source); ``by_source`` has every source that had a reading. Step statistics
-        leave out the first ``warmup_steps`` steps unless no other step exists.
+        (the primary source); ``by_source`` has every source that had a reading; ``kind`` / ``kinds`` say
+        whether a per-phase reading is a peak of that phase or a high-water mark
+        (:data:`bench.telemetry.memory.READING_KINDS`). Step statistics leave out the first
+        ``warmup_steps`` steps unless no other step exists. ``timing`` is :meth:`timing`.
         """
         if not self.enabled:
             maxrss = self._maxrss_end if self._maxrss_end is not None else max_rss_bytes()
             return {
                 "enabled": False,
                 "wall_s": self.wall_s(),
-                "memory": {"peak_bytes": maxrss, "source": CPU_MAXRSS, "baseline_bytes": None,
-                           "phases": {}, "sources": [CPU_MAXRSS]},
+                "timing": self.timing(),
+                "memory": {"peak_bytes": maxrss, "source": CPU_MAXRSS, "kind": reading_kind(CPU_MAXRSS),
+                           "baseline_bytes": None, "baseline_at": None, "phases": {}, "sources": [CPU_MAXRSS]},
                 "phases": {},
                 "step_s_median": None,
                 "step_s_p90": None,
@@ -266,17 +384,21 @@ class Telemetry:
             self._transition()  # bring the running clocks up to date
         source = self.source
         phases_mem = {
-            name: {"peak_bytes": peaks.get(source), "source": source, "by_source": dict(peaks)}
+            name: {"peak_bytes": peaks.get(source), "source": source, "kind": reading_kind(source),
+                   "by_source": dict(peaks), "kinds": {s: reading_kind(s) for s in peaks}}
             for name, peaks in self._phase_peaks.items()
         }
         counted = self._step_times[self.warmup_steps:] or self._step_times
         return {
             "enabled": True,
             "wall_s": self.wall_s(),
+            "timing": self.timing(),
             "memory": {
                 "peak_bytes": self._run_peak.get(source),
                 "source": source,
+                "kind": reading_kind(source),
                 "baseline_bytes": self._baseline.get(source),
+                "baseline_at": self._baseline_at,
                 "phases": phases_mem,
                 "sources": self.sources,
                 "by_source": dict(self._run_peak),
@@ -296,13 +418,23 @@ class Telemetry:
 
     # -- transformers ----------------------------------------------------------------------------
     def trainer_callback(self) -> Any:
-        """A ``transformers.TrainerCallback`` driving steps and the optimizer-step 'update' phase."""
+        """A ``transformers.TrainerCallback`` driving the training window, steps and the 'update' phase.
+
+        ``on_train_begin`` / ``on_train_end`` call :meth:`train_begin` / :meth:`train_end` with
+        ``kwargs["model"]`` (the Trainer passes the model it trains; the suite's engine passes the actor).
+        """
         from transformers import TrainerCallback
 
         telemetry = self
 
         class TelemetryCallback(TrainerCallback):
-            """on_step_begin/on_step_end -> step timer; optimizer.step() -> phase 'update'."""
+            """on_train_begin/end -> training window; on_step_begin/end -> step timer; optimizer.step() -> 'update'."""
+
+            def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                telemetry.train_begin(kwargs.get("model"))
+
+            def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                telemetry.train_end(kwargs.get("model"))
 
             def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
                 telemetry.step_begin()
@@ -317,6 +449,11 @@ class Telemetry:
                 telemetry.step_end()
 
         return TelemetryCallback()
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    """end - start in seconds, or None when either is missing."""
+    return None if start is None or end is None else end - start
 
 
 def _percentile(values: list[float], q: float) -> float:
