@@ -14,6 +14,7 @@ from baselines.common import (curves_from_log_history, lora_config, load_initial
                               method_learning_rate, run_trainer, trainer_networks)
 from bench.context import RunContext, TrainOutcome
 from bench.data import prompts_for_steps
+from bench.lengths import check_loss, model_context, pair_budget
 from bench.sample_pool import preference_pairs, read_pool
 
 LABEL = "DPO (TRL, pool pairs)"
@@ -37,7 +38,9 @@ def train(ctx: RunContext) -> TrainOutcome:
                                  batch_size=t.prompts_per_step)
     beta = m.beta if m.beta is not None else 0.1
     loss_type = [part.strip() for part in (m.loss_type or "sigmoid").split(",")]
-    args.update(beta=beta, loss_type=loss_type, max_length=256)
+    budget = pair_budget(tokenizer, pairs, spec.generation.max_new_tokens, drops=False, cap=model_context(policy))
+    check_loss(budget, "dpo", "lower generation.max_new_tokens")
+    args.update(beta=beta, loss_type=loss_type, max_length=budget.max_length)
     config = DPOConfig(**args)
     dataset = Dataset.from_list(prompts_for_steps(pairs, t.steps, t.prompts_per_step))
     trainer = DPOTrainer(model=policy, args=config, train_dataset=dataset, processing_class=tokenizer,
@@ -50,4 +53,5 @@ def train(ctx: RunContext) -> TrainOutcome:
         steps=trainer.state.global_step,
         settings={"data": "offline pool pairs", "pairs_available": len(pairs), "pairs_per_step": t.prompts_per_step,
                   "beta": beta, "loss_type": ",".join(loss_type), "learning_rate": config.learning_rate},
+        metrics={"lengths": budget.to_dict()},
     )
