@@ -12,29 +12,19 @@ from transformers import TrainerCallback
 
 from bench.context import RunContext
 from bench.models import load_causal_lm, load_tokenizer
+from bench.precision import autocast_dtype, precision_policy
 from bench.spec import Spec
-
-
-def method_learning_rate(ctx: RunContext) -> float:
-    """The method's own learning rate when declared, else the matched one."""
-    own = ctx.method_spec.learning_rate
-    return ctx.spec.train.learning_rate if own is None else own
-
-
-def method_beta(ctx: RunContext) -> float:
-    """KL coefficient: the method's own when declared, else the matched ``train.kl_beta``."""
-    own = ctx.method_spec.beta
-    return ctx.spec.train.kl_beta if own is None else own
 
 
 def matched_training_args(spec: Spec, ctx: RunContext, *, max_steps: int, learning_rate: float,
                           batch_size: int, lr_scheduler: str | None = None) -> dict[str, Any]:
     """Keyword arguments shared by every TRL config: optimizer, schedule, precision, clipping, logging.
 
-    ``bf16`` is set explicitly because TRL configs default to bf16=True, which fails on CPU.
+    Precision (bench.precision): the recipes hand TRL a float32 model (fp32 master weights) and ``bf16`` turns
+    on the Trainer's bf16 autocast when the spec asks for bfloat16. It is set explicitly because TRL configs
+    default to bf16=True, which would put a float32 spec under autocast.
     """
     on_cpu = ctx.device == "cpu"
-    dtype = spec.model.dtype
     return {
         "output_dir": str(ctx.run_dir / "trainer"),
         "max_steps": max_steps,
@@ -46,8 +36,8 @@ def matched_training_args(spec: Spec, ctx: RunContext, *, max_steps: int, learni
         "weight_decay": spec.train.weight_decay,
         "max_grad_norm": spec.train.max_grad_norm,
         "optim": "adamw_torch",
-        "bf16": dtype == "bfloat16" and not on_cpu,
-        "fp16": dtype == "float16" and not on_cpu,
+        "bf16": autocast_dtype(spec.model.dtype) == "bfloat16",
+        "fp16": False,
         "use_cpu": on_cpu,
         "gradient_checkpointing": spec.train.gradient_checkpointing,
         "seed": ctx.seed,
@@ -58,6 +48,27 @@ def matched_training_args(spec: Spec, ctx: RunContext, *, max_steps: int, learni
         "disable_tqdm": True,  # the suite prints its own progress lines
         "dataloader_num_workers": 0,
     }
+
+
+def micro_batching(total: int, micro_batch_size: int) -> tuple[int, int]:
+    """(per_device_train_batch_size, gradient_accumulation_steps) for ``total`` examples per optimizer step.
+
+    train.micro_batch_size 0 (or >= total): one pass. Otherwise ``total`` must divide by it (checked by the
+    recipes' validate), so that every micro-batch has the same size and the Trainer's mean over accumulation
+    steps equals the mean over the whole batch.
+    """
+    if not micro_batch_size or micro_batch_size >= total:
+        return total, 1
+    return micro_batch_size, total // micro_batch_size
+
+
+def check_micro_batching(total: int, micro_batch_size: int, what: str) -> None:
+    """SpecError when ``total`` examples per step do not split into equal micro-batches."""
+    from bench.errors import SpecError
+
+    if micro_batch_size and micro_batch_size < total and total % micro_batch_size:
+        raise SpecError(f"'train.micro_batch_size' ({micro_batch_size}) must divide the {what} per step ({total}); "
+                        f"choose a divisor")
 
 
 def lora_config(spec: Spec) -> Any:
@@ -72,11 +83,29 @@ def lora_config(spec: Spec) -> Any:
 
 
 def load_initial_policy(ctx: RunContext) -> tuple[Any, Any]:
-    """(policy, tokenizer) from the shared starting checkpoint."""
+    """(policy, tokenizer) from the shared starting checkpoint; the policy in float32 (it is trained)."""
     assert ctx.init_model_dir is not None, "the warm_start stage provides the starting checkpoint"
     tokenizer = load_tokenizer(ctx.init_model_dir)
-    policy = load_causal_lm(ctx.init_model_dir, ctx.spec.model, ctx.device)
+    policy = load_causal_lm(ctx.init_model_dir, ctx.spec.model, ctx.device, trained=True)
     return policy, tokenizer
+
+
+def load_reference(ctx: RunContext) -> Any:
+    """The frozen reference: the starting checkpoint stored in the spec's dtype (bench.precision)."""
+    model = load_causal_lm(ctx.init_model_dir, ctx.spec.model, ctx.device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def trl_precision(spec: Spec, networks: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The precision policy recorded for a TRL run, checked against the live modules' storage dtypes."""
+    policy = precision_policy(spec.model.dtype, tuple(networks))
+    for role, net in networks.items():
+        stored = str(next(net.parameters()).dtype).replace("torch.", "")
+        if policy[role]["storage"] != stored:  # e.g. a LoRA base stored differently: record what is there
+            policy[role] = {**policy[role], "storage": stored}
+    return policy
 
 
 class ProgressCallback(TrainerCallback):

@@ -9,17 +9,68 @@ frozen reference is on (``beta`` explicit: TRL's default is 0.0, which loads no 
 
 from __future__ import annotations
 
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from baselines.common import (curves_from_log_history, lora_config, load_initial_policy, matched_training_args,
-                              method_beta, method_learning_rate, run_trainer, trainer_networks)
-from bench.context import RunContext, TrainOutcome
+from baselines.common import (check_micro_batching, curves_from_log_history, load_initial_policy, lora_config,
+                              matched_training_args, micro_batching, run_trainer, trainer_networks, trl_precision)
+from bench.context import MethodConfig, RunContext, TrainOutcome
 from bench.data import prompts_for_steps
+from bench.errors import SpecError
 from bench.rewards import make_reward_functions
+
+if TYPE_CHECKING:
+    from trl import GRPOConfig
 
 LABEL = "GRPO (TRL)"
 ENGINE = "trl"
+
+
+@dataclass
+class Config(MethodConfig):
+    """GRPO's settings (TRL GRPOTrainer). Unset ones inherit the matched budget; the report lists differences."""
+
+    beta: float | None = None
+    """KL coefficient (>= 0; null: train.kl_beta). Set explicitly: TRL's default 0.0 loads no reference at all."""
+    loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = "grpo"
+    """TRL's loss aggregation (its default is dapo): grpo = mean per sequence, then over sequences."""
+    kl_bias_correction: bool = True
+    """TRL's ``use_bias_correction_kl`` (its 1.16 default): the k3 term multiplied by the policy ratio."""
+
+
+def beta(spec: Any, cfg: Config) -> float:
+    """The method's KL coefficient, else the matched train.kl_beta."""
+    return spec.train.kl_beta if cfg.beta is None else cfg.beta
+
+
+def networks(spec: Any, cfg: Config) -> tuple[str, ...]:
+    """The actor, and the reference when beta > 0 (with LoRA, the base model with adapters off)."""
+    return ("actor", "reference") if beta(spec, cfg) > 0 else ("actor",)
+
+
+def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
+    """Only the shared starting checkpoint."""
+    return ("warm_start",)
+
+
+def validate(spec: Any, cfg: Config, key: str) -> None:
+    """G >= 2 (TRL's generation batch must divide by G: it does, as prompts x G), beta >= 0."""
+    if spec.train.group_size < 2:
+        raise SpecError(f"'train.group_size' must be >= 2 for {key} (a group of one has no relative advantage), got "
+                        f"{spec.train.group_size}; set train.group_size=4 or disable it ({key}.enabled=false)")
+    if cfg.beta is not None and cfg.beta < 0:
+        raise SpecError(f"'{key}.beta' must be >= 0, got {cfg.beta}")
+    if cfg.learning_rate is not None and cfg.learning_rate < 0:
+        raise SpecError(f"'{key}.learning_rate' must be >= 0, got {cfg.learning_rate}")
+    check_micro_batching(spec.completions_per_step, spec.train.micro_batch_size, "completions")
+
+
+def describe(spec: Any, cfg: Config) -> dict[str, str]:
+    """Dry-run lines: updates per rollout and the loss type."""
+    return {"updates per rollout": "1 (num_iterations 1, one optimizer step per generation batch)",
+            "micro-batch": "{} completions per forward/backward, {} accumulation step(s)".format(
+                *micro_batching(spec.completions_per_step, spec.train.micro_batch_size)),
+            "loss": cfg.loss_type}
 
 CURVE_NAMES = {
     "reward": "reward", "reward_std": "reward_std", "rewards/accuracy/mean": "accuracy_reward",
@@ -29,18 +80,39 @@ CURVE_NAMES = {
 }
 
 
-def grpo_config(ctx: RunContext) -> GRPOConfig:
+def grpo_config(ctx: RunContext) -> "GRPOConfig":
     """The matched budget as a GRPOConfig: one optimizer step per batch of prompts_per_step x G completions."""
-    spec, gen, t = ctx.spec, ctx.spec.generation, ctx.spec.train
-    args = matched_training_args(spec, ctx, max_steps=t.steps, learning_rate=method_learning_rate(ctx),
-                                 batch_size=spec.completions_per_step)  # TRL counts completions, not prompts
+    from trl import GRPOConfig
+
+    from bench.generation import decoding_settings
+    from bench.precision import storage_dtype
+
+    spec, t, cfg = ctx.spec, ctx.spec.train, ctx.method_spec
+    decoding = decoding_settings(spec.generation)  # the same settings the sample pool and the engine sample with
+    # TRL counts completions, not prompts; with micro-batches it accumulates over them and still generates
+    # the whole step's batch at once (steps_per_generation defaults to gradient_accumulation_steps).
+    per_device, accumulation = micro_batching(spec.completions_per_step, t.micro_batch_size)
+    args = matched_training_args(spec, ctx, max_steps=t.steps, learning_rate=cfg.resolved_learning_rate(spec),
+                                 batch_size=per_device)
+    args["gradient_accumulation_steps"] = accumulation
+    native = {"max_completion_length": decoding["max_new_tokens"], "temperature": decoding["temperature"],
+              "top_p": decoding["top_p"], "top_k": decoding["top_k"],
+              "repetition_penalty": decoding["repetition_penalty"]}
+    # TRL builds its own GenerationConfig from the fields above plus pad/bos/eos, do_sample=True and
+    # generation_kwargs (merged last), and passes it to model.generate. Under transformers 5 every field it leaves
+    # None is still filled from the model's generation_config.json (TRL's own override context is a no-op there),
+    # so the fields GRPOConfig has no argument for (min_new_tokens, the neutral pins) go in explicitly here.
+    # Fields whose "off" value is None (min_p, suppress_tokens, bad_words_ids, ...) cannot be pinned this way.
+    covered = {"max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "repetition_penalty"}
     args.update(
         num_generations=t.group_size,
-        max_completion_length=gen.max_new_tokens,
-        temperature=gen.temperature,
-        top_p=gen.top_p,
-        loss_type=ctx.method_spec.loss_type or "grpo",
-        beta=method_beta(ctx),
+        **native,
+        generation_kwargs={k: v for k, v in decoding.items() if k not in covered},
+        loss_type=cfg.loss_type,
+        beta=beta(spec, cfg),
+        use_bias_correction_kl=cfg.kl_bias_correction,
+        # TRL builds the reference from the checkpoint in this dtype: frozen, so stored as bench.precision says.
+        model_init_kwargs={"dtype": storage_dtype(spec.model.dtype, trained=False)},
         num_iterations=1,
         scale_rewards="group",
         shuffle_dataset=False,  # the suite fixes the prompt order so every method sees the same one
@@ -51,6 +123,9 @@ def grpo_config(ctx: RunContext) -> GRPOConfig:
 
 def train(ctx: RunContext) -> TrainOutcome:
     """Train with GRPOTrainer on the matched prompts; return the policy and its reference."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
     spec, t, r = ctx.spec, ctx.spec.train, ctx.spec.reward
     policy, tokenizer = load_initial_policy(ctx)
 
@@ -67,14 +142,17 @@ def train(ctx: RunContext) -> TrainOutcome:
                           processing_class=tokenizer, peft_config=lora_config(spec))
     run_trainer(ctx, trainer, t.steps)
     counters = ctx.telemetry.counters
+    resident = trainer_networks(trainer, uses_reference=config.beta != 0)
     return TrainOutcome(
-        policy=trainer.model, tokenizer=tokenizer,
-        networks=trainer_networks(trainer, uses_reference=config.beta != 0),
+        policy=trainer.model, tokenizer=tokenizer, networks=resident,
         optimizers={"actor": trainer.optimizer},
         log_history=curves_from_log_history(trainer.state.log_history, CURVE_NAMES),
         steps=trainer.state.global_step,
         completions=int(counters.get("completions", 0)), generated_tokens=int(counters.get("generated_tokens", 0)),
         settings={"loss_type": config.loss_type, "beta": config.beta, "scale_rewards": config.scale_rewards,
                   "advantage_std": "unbiased (nanstd) + 1e-4", "learning_rate": config.learning_rate,
-                  "reward_weights": weights},
+                  "reward_weights": weights, "optimizer_steps_per_rollout": 1,
+                  "loss_aggregation": "sequence_mean" if config.loss_type == "grpo" else config.loss_type,
+                  "kl_bias_correction": config.use_bias_correction_kl,
+                  "precision": trl_precision(spec, resident)},
     )

@@ -7,8 +7,8 @@ Conventions shared by every function here:
   including the end-of-sequence token, False for padding after it. Real tokens form a prefix of each row
   (that is what ``truncate_after_eos`` produces); ``ppo_rewards`` and ``gae`` rely on it.
 - Log-probabilities are natural logs (nats); a "per-token" quantity has shape (b, T).
-- Reductions are token-level means over real tokens (``masked_mean``): the PPO convention of the N+
-  implementation details (Huang et al., 2024) and the one both suite-engine methods use.
+- Losses are returned per token, shape (b, T); ``loss_weights`` turns them into a minibatch loss with a named
+  aggregation (token mean: the N+ implementation details' PPO; sequence mean: TRL's GRPO ``loss_type="grpo"``).
 
 References: Schulman et al. 2017 (PPO), Schulman et al. 2016 (GAE), Huang et al. 2024 ("The N+
 Implementation Details of RLHF with PPO"), Shao et al. 2024 (DeepSeekMath, GRPO), Schulman 2020
@@ -138,45 +138,75 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return advantages, returns
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                cliprange: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's clipped surrogate loss, a token-level mean over real tokens.
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                        cliprange: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped surrogate, per token (aggregate it with ``loss_weights``).
 
-    Shape: logp, old_logp, advantages, mask (b, T) -> loss (), stats of scalars.
-    loss = mean(max(-A * ratio, -A * clip(ratio, 1 - c, 1 + c))) with ratio = exp(logp - old_logp).
-    stats: clipfrac (share of real tokens where the clipped term is the larger, i.e. active),
-    approx_kl = 0.5 * mean((logp - old_logp)^2) (the quadratic form of the N+ details / TRL's PPO,
-    not k3), ratio (mean policy ratio). All stats are detached.
+    Shape: logp, old_logp, advantages (b, T) -> loss (b, T), stats of (b, T) detached per-token terms.
+    loss_t = max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - c, 1 + c)) with ratio_t = exp(logp_t - old_logp_t)
+    (TRL's GRPO writes the same as -min(ratio * A, clip(ratio) * A)).
+    stats: clipfrac (1 where the clipped term is the larger, i.e. active), approx_kl = 0.5 (logp - old)^2
+    (the quadratic form of the N+ details / TRL's PPO, not k3), ratio.
     """
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    loss = torch.maximum(unclipped, clipped)
     with torch.no_grad():
-        stats = {
-            "clipfrac": masked_mean((clipped > unclipped).float(), mask),
-            "approx_kl": 0.5 * masked_mean(log_ratio.float() ** 2, mask),
-            "ratio": masked_mean(ratio.float(), mask),
-        }
+        stats = {"clipfrac": (clipped > unclipped).float(), "approx_kl": 0.5 * log_ratio.float() ** 2,
+                 "ratio": ratio.float()}
     return loss, stats
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               cliprange_value: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's clipped value loss, a token-level mean over real tokens.
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       cliprange_value: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped value loss, per token (aggregate it with ``loss_weights``).
 
-    Shape: values, old_values, returns, mask (b, T) -> loss (), stats of scalars.
-    v_clipped = old + clip(values - old, -c, c); loss = 0.5 * mean(max((values - R)^2, (v_clipped - R)^2)).
-    stats: vf_clipfrac (share of real tokens where the clipped error is the larger), detached.
+    Shape: values, old_values, returns (b, T) -> loss (b, T), stats of (b, T) detached per-token terms.
+    v_clipped = old + clip(values - old, -c, c); loss_t = 0.5 * max((values - R)^2, (v_clipped - R)^2).
+    stats: vf_clipfrac (1 where the clipped error is the larger).
     """
     v_clipped = old_values + torch.clamp(values - old_values, -cliprange_value, cliprange_value)
     err_unclipped = (values - returns) ** 2
     err_clipped = (v_clipped - returns) ** 2
-    loss = 0.5 * masked_mean(torch.maximum(err_unclipped, err_clipped), mask)
+    loss = 0.5 * torch.maximum(err_unclipped, err_clipped)
     with torch.no_grad():
-        stats = {"vf_clipfrac": masked_mean((err_clipped > err_unclipped).float(), mask)}
+        stats = {"vf_clipfrac": (err_clipped > err_unclipped).float()}
     return loss, stats
+
+
+Aggregation = Literal["token_mean", "sequence_mean", "fixed_length"]
+
+TRL_LOSS_AGGREGATION: dict[str, Aggregation] = {
+    "grpo": "sequence_mean", "bnpo": "token_mean", "dapo": "token_mean", "dr_grpo": "fixed_length",
+}
+"""TRL GRPO ``loss_type`` -> the aggregation it applies (one process, one optimizer step per generation batch:
+there ``dapo``'s normaliser, the batch's active tokens, equals ``bnpo``'s)."""
+
+
+def loss_weights(mask: torch.Tensor, aggregation: Aggregation, max_length: int | None = None) -> torch.Tensor:
+    """Per-token weights that turn a per-token loss into the minibatch loss: loss = (per_token * w).sum().
+
+    Shape: mask (b, T) -> (b, T), zero on padding.
+    - token_mean: 1 / (real tokens in the minibatch): every token counts the same (N+ details' PPO; TRL bnpo/dapo);
+    - sequence_mean: 1 / (b * tokens of its own sequence): the mean per sequence, then over sequences (TRL grpo);
+    - fixed_length: 1 / (b * max_length) (Dr. GRPO; TRL dr_grpo).
+    The weights are computed once for the whole minibatch, so a loss summed over micro-batches of it (each
+    with its slice of the weights) is exactly the minibatch loss: gradient accumulation does not depend on the
+    micro-batch size.
+    """
+    maskf = mask.to(torch.float32)
+    b = mask.shape[0]
+    if aggregation == "token_mean":
+        return maskf / maskf.sum().clamp(min=1.0)
+    if aggregation == "sequence_mean":
+        return maskf / (maskf.sum(dim=1, keepdim=True).clamp(min=1.0) * b)
+    if aggregation == "fixed_length":
+        if not max_length:
+            raise ValueError("fixed_length aggregation needs max_length (the completion budget in tokens)")
+        return maskf / (b * max_length)
+    raise ValueError(f"unknown aggregation {aggregation!r}; use token_mean, sequence_mean or fixed_length")
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4,
@@ -218,25 +248,71 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     return 1.0 - var_residual / var_returns
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the categorical distribution at each position, in nats.
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0, chunk_rows: int = 1) -> torch.Tensor:
+    """Entropy of softmax(logits / temperature) at each position, in nats (no gradient: a monitor).
 
-    Shape: logits (b, T, V) -> (b, T). H = logsumexp(z) - sum(softmax(z) * z), computed in float32.
+    Shape: logits (b, T, V) -> (b, T) float32. H = logsumexp(z) - sum(softmax(z) * z), in float32,
+    ``chunk_rows`` sequences at a time so that no float32 copy of the whole (b, T, V) tensor exists.
     """
-    logits = logits.float()
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+    out = torch.empty(logits.shape[:-1], dtype=torch.float32, device=logits.device)
+    with torch.no_grad():
+        for start in range(0, logits.shape[0], chunk_rows):
+            z = _scaled(logits[start:start + chunk_rows], temperature)
+            probs = torch.softmax(z, dim=-1)
+            out[start:start + chunk_rows] = torch.logsumexp(z, dim=-1) - (probs * z).sum(dim=-1)
+    return out
 
 
-def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Log-probability of each token under the logits at its position.
+def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """float32 logits / temperature (no division at temperature 1)."""
+    z = logits.float()
+    return z if temperature == 1.0 else z / temperature
 
-    Shape: logits (b, T, V), tokens (b, T) -> (b, T), nats, float32.
-    Computed as z[token] - logsumexp(z) instead of a full log_softmax, which would allocate another
-    (b, T, V) tensor; the logsumexp runs in float32 for bf16 models.
+
+class _TokenLogprobs(torch.autograd.Function):
+    """log softmax(logits / temperature)[token], computed and differentiated a few sequences at a time.
+
+    Why not ``log_softmax(logits.float())``: for a whole minibatch that is a float32 copy of (b, T, V), kept
+    for the backward pass (64 x 513 x 151,936 x 4 bytes = 20 GB). Here only the (b, T) logsumexp is kept; the
+    softmax is recomputed per chunk in the backward pass, and the gradient is written in the logits' dtype.
     """
-    picked = torch.gather(logits, -1, tokens.unsqueeze(-1)).squeeze(-1).float()
-    return picked - torch.logsumexp(logits.float(), dim=-1)
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, tokens: torch.Tensor, temperature: float,  # type: ignore[override]
+                chunk_rows: int) -> torch.Tensor:
+        lse = torch.empty(tokens.shape, dtype=torch.float32, device=logits.device)
+        picked = torch.empty_like(lse)
+        for start in range(0, logits.shape[0], chunk_rows):
+            z = _scaled(logits[start:start + chunk_rows], temperature)
+            lse[start:start + chunk_rows] = torch.logsumexp(z, dim=-1)
+            picked[start:start + chunk_rows] = torch.gather(z, -1, tokens[start:start + chunk_rows].unsqueeze(-1)).squeeze(-1)
+        ctx.save_for_backward(logits, tokens, lse)
+        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        return picked - lse
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):  # type: ignore[override]
+        logits, tokens, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], ctx.chunk_rows):
+            rows = slice(start, start + ctx.chunk_rows)
+            g = grad_out[rows].float().unsqueeze(-1) / ctx.temperature
+            probs = torch.exp(_scaled(logits[rows], ctx.temperature) - lse[rows].unsqueeze(-1))
+            chunk = -probs * g
+            chunk.scatter_add_(-1, tokens[rows].unsqueeze(-1), g)
+            grad[rows] = chunk.to(grad.dtype)
+        return grad, None, None, None
+
+
+def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
+                         chunk_rows: int = 1) -> torch.Tensor:
+    """Log-probability of each token under softmax(logits / temperature) at its position.
+
+    Shape: logits (b, T, V), tokens (b, T) -> (b, T), nats, float32; differentiable with respect to the logits.
+    Computed ``chunk_rows`` sequences at a time in float32 (see ``_TokenLogprobs``); dividing by the sampling
+    temperature makes it the log-prob of the distribution that sampled the token (N+ details).
+    """
+    return _TokenLogprobs.apply(logits, tokens, float(temperature), max(1, int(chunk_rows)))
 
 
 def first_true_indices(bools: torch.Tensor, dtype: torch.dtype = torch.long) -> torch.Tensor:

@@ -1,6 +1,19 @@
 """What a recipe is given and what it gives back: the interface between bench/ and baselines/.
 
-A recipe in ``baselines/`` is a module with ``LABEL``, ``ENGINE`` and ``train(ctx: RunContext) -> TrainOutcome``.
+A method recipe in ``baselines/`` is one module that declares:
+
+- ``LABEL: str`` and ``ENGINE: str`` ('trl' or 'suite');
+- ``Config``: a dataclass derived from ``MethodConfig`` with only that method's fields, each documented with
+  its default and constraint (the spec builds ``methods.<name>`` from it; unknown keys are rejected);
+- ``networks(spec, config) -> tuple[str, ...]``: roles resident while it trains ('actor', 'critic', 'reward',
+  'reference');
+- ``needs(spec, config) -> tuple[str, ...]``: shared stages it reads ('warm_start', 'sample_pool',
+  'reward_model'), derived from its config;
+- ``validate(spec, config, key) -> None``: raises ``SpecError`` naming ``key`` + the field and the fix;
+- ``describe(spec, config) -> dict[str, str]``: what the dry run prints for it (updates per rollout, ...);
+- ``train(ctx: RunContext) -> TrainOutcome``.
+
+Shared stages (warm start, sample pool, reward model) are recipes too, with ``LABEL``, ``ENGINE`` and ``train``.
 The worker builds the context (model paths, data, telemetry), calls ``train`` and then evaluates and
 records the outcome. Recipes never time themselves: telemetry is attached from outside
 (``ctx.telemetry``), except the suite's own engine, which reports its phases directly.
@@ -15,8 +28,22 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:  # keep this module import-light; torch is imported by the worker
     import torch
 
-    from bench.spec import MethodSpec, Spec
+    from bench.spec import Spec
     from bench.telemetry import Telemetry
+
+@dataclass
+class MethodConfig:
+    """Fields every method has. A recipe's ``Config`` derives from it and adds its own."""
+
+    enabled: bool = True
+    """Run this method."""
+    learning_rate: float | None = None
+    """Own learning rate (a declared difference, listed in the report); null: train.learning_rate."""
+
+    def resolved_learning_rate(self, spec: "Spec") -> float:
+        """The method's own learning rate when declared, else the matched one."""
+        return spec.train.learning_rate if self.learning_rate is None else self.learning_rate
+
 
 ProgressFn = Callable[[int, int, dict[str, float]], None]
 """progress(step, total_steps, latest_metrics): called by recipes after each optimizer step."""
@@ -30,8 +57,8 @@ class RunContext:
     """The resolved, validated spec (the matched budget)."""
     method: str
     """Registry key of this run (e.g. 'grpo', 'ppo_verifier')."""
-    method_spec: "MethodSpec"
-    """This method's own settings (spec.methods[method])."""
+    method_spec: MethodConfig | None
+    """This method's own settings (spec.methods[method], the recipe's Config); None for a shared stage."""
     seed: int
     """Seed of this run; the worker has already seeded torch / random / numpy with it."""
     run_dir: Path

@@ -126,12 +126,19 @@ def load_tokenizer(name_or_path: str | Path) -> Any:
     return tokenizer
 
 
-def load_causal_lm(name_or_path: str | Path, model_spec: ModelSpec, device: str) -> Any:
-    """A causal LM from a folder or hub id, in the spec's dtype, on ``device``."""
+def load_causal_lm(name_or_path: str | Path, model_spec: ModelSpec, device: str, *, trained: bool = False) -> Any:
+    """A causal LM from a folder or hub id on ``device``, stored as the precision policy says.
+
+    ``trained``: an optimizer will update it, so it is stored in float32 (fp32 master weights, bench.precision);
+    otherwise it is stored in the spec's dtype (a frozen network, or one that only generates).
+    """
     from transformers import AutoModelForCausalLM
 
+    from bench.precision import storage_dtype
+
+    dtype = torch_dtype(storage_dtype(model_spec.dtype, trained))
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=torch_dtype(model_spec.dtype))
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
     except OSError as exc:
         raise UserError(f"could not load model '{name_or_path}' ({exc.__class__.__name__}); check the name, or "
                         f"download it and set model.source=path model.name_or_path=/local/folder") from None
@@ -241,3 +248,26 @@ def render_prompt(tokenizer: Any, prompt: str, use_chat_template: bool) -> str:
                         "model.use_chat_template=false")
     return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                          add_generation_prompt=True)
+
+
+def load_sequence_classifier(path: str | Path, model_dtype: str, device: str, *, trained: bool = False) -> Any:
+    """A one-output sequence classifier (the reward model) from ``path``, stored as the precision policy says.
+
+    ``trained``: stored in float32 (it is being optimised) and left trainable; otherwise stored in
+    ``model_dtype`` and frozen (eval mode, no gradients). transformers 5.x rejects ``num_labels`` next to a
+    config, so the label count is set on a config copy.
+    """
+    import copy
+
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from bench.precision import storage_dtype
+
+    config = copy.deepcopy(AutoConfig.from_pretrained(str(path)))
+    config.num_labels = 1
+    dtype = torch_dtype(storage_dtype(model_dtype, trained))
+    model = AutoModelForSequenceClassification.from_pretrained(str(path), config=config, dtype=dtype).to(device)
+    if not trained:
+        model.eval()
+        model.requires_grad_(False)
+    return model

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.registry import METHODS, STAGES, prerequisites
+from bench import registry
+from bench.precision import describe_policy, precision_policy
 from bench.spec import Spec
 
 
@@ -25,29 +26,32 @@ class PlannedRun:
     """Run ids that must have finished successfully first."""
 
 
-STAGE_NEEDS: dict[str, tuple[str, ...]] = {
-    "warm_start": (),
-    "sample_pool": ("warm_start",),
-    "reward_model": ("warm_start", "sample_pool"),
-}
-
-
 def make_plan(spec: Spec) -> list[PlannedRun]:
     """Stages needed by any enabled method (in stage order), then methods x seeds."""
     methods = spec.enabled_methods()
-    needed = {stage for m in methods for stage in prerequisites(spec, m)}
+    needed = {stage for m in methods for stage in registry.stages_needed(spec, m)}
     runs: list[PlannedRun] = []
     stage_seed = spec.seeds[0]  # shared stages are built once: every method starts from the same checkpoint
-    for stage, info in STAGES.items():
+    for stage in registry.STAGES:
         if stage in needed:
-            needs = STAGE_NEEDS[stage]
-            runs.append(PlannedRun(stage, stage, "stage", stage_seed, info.label, info.engine, needs))
+            runs.append(PlannedRun(stage, stage, "stage", stage_seed, registry.label(stage), registry.engine(stage),
+                                   registry.STAGE_NEEDS[stage]))
     for seed in spec.seeds:
         for method in methods:
-            info = METHODS[method]
-            runs.append(PlannedRun(f"{method}-s{seed}", method, "method", seed, info.label, info.engine,
-                                   tuple(prerequisites(spec, method))))
+            runs.append(PlannedRun(f"{method}-s{seed}", method, "method", seed, registry.label(method),
+                                   registry.engine(method), tuple(registry.stages_needed(spec, method))))
     return runs
+
+
+def describe_method(spec: Spec, method: str) -> list[str]:
+    """The dry run's lines for one method: networks and their precision, lengths, updates, micro-batch."""
+    module, cfg = registry.recipe(method), spec.methods[method]
+    roles = module.networks(spec, cfg)
+    lines = [f"networks: {describe_policy(precision_policy(spec.model.dtype, roles))}",
+             f"max length: prompt + {spec.generation.max_new_tokens} new tokens (the longest prompt is measured at "
+             f"run time; offline pairs: their longest prompt + completion)"]
+    lines += [f"{name}: {value}" for name, value in module.describe(spec, cfg).items()]
+    return lines
 
 
 def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
@@ -67,4 +71,8 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
     for i, run in enumerate(runs, 1):
         after = f" (after {', '.join(run.needs)})" if run.needs else ""
         lines.append(f"  {i:2d}. {run.run_id:<20} {run.label}{after}")
+    lines.append("per method:")
+    for method in spec.enabled_methods():
+        lines.append(f"  {method} ({registry.label(method)}):")
+        lines += [f"      {line}" for line in describe_method(spec, method)]
     return "\n".join(lines)

@@ -1,59 +1,95 @@
-"""The one place bench/ learns about baselines/: run name -> recipe module, label, engine, prerequisites.
+"""The one place bench/ learns about baselines/: run name -> recipe module (and that run's own defaults).
 
-Adding a method (RLOO, Online DPO) is one recipe file in baselines/ plus one entry here.
+A recipe is one module in ``baselines/`` (see ``bench.context`` for the interface). It declares everything
+about its method: ``LABEL``, ``ENGINE``, its ``Config`` dataclass (only the fields that method has), the
+networks it keeps resident, the stages it needs, its validation and its ``train``. The spec, the planner and
+the report read those from the recipe, so adding a method is one recipe file and one line here:
+
+    "rloo": Entry("baselines.rloo"),
+
+Two runs may share a recipe with different defaults (``ppo`` and ``ppo_verifier``).
+Recipe modules are imported lazily: reading the registry imports no torch.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
-
-from bench.spec import Spec
+from typing import Any
 
 
 @dataclass(frozen=True)
-class RecipeInfo:
-    """How to run one stage or method."""
+class Entry:
+    """One registered run name."""
 
-    name: str
     module: str
-    label: str
-    engine: str
-    kind: str  # "stage" or "method"
+    """Import path of the recipe module."""
+    label: str | None = None
+    """Label in the report; None: the recipe's LABEL."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """This run's defaults over the recipe's Config defaults."""
 
     def load(self) -> ModuleType:
-        """Import the recipe module (lazily: torch and TRL load only inside the worker)."""
+        """Import the recipe module."""
         return importlib.import_module(self.module)
 
 
-STAGES: dict[str, RecipeInfo] = {
-    "warm_start": RecipeInfo("warm_start", "baselines.sft", "Warm start (SFT, TRL)", "trl", "stage"),
-    "sample_pool": RecipeInfo("sample_pool", "bench.sample_pool", "Sample pool (verifier-labelled)", "suite", "stage"),
-    "reward_model": RecipeInfo("reward_model", "baselines.reward_model", "Reward model (TRL)", "trl", "stage"),
+STAGES: dict[str, Entry] = {
+    "warm_start": Entry("baselines.sft"),
+    "sample_pool": Entry("bench.sample_pool"),
+    "reward_model": Entry("baselines.reward_model"),
 }
+"""Shared stages in run order; each runs once per suite and its output feeds the methods that need it."""
 
-METHODS: dict[str, RecipeInfo] = {
-    "grpo": RecipeInfo("grpo", "baselines.grpo", "GRPO (TRL)", "trl", "method"),
-    "grpo_engine": RecipeInfo("grpo_engine", "baselines.grpo_engine", "GRPO (suite engine)", "suite", "method"),
-    "ppo": RecipeInfo("ppo", "baselines.ppo", "PPO (reward model)", "suite", "method"),
-    "ppo_verifier": RecipeInfo("ppo_verifier", "baselines.ppo", "PPO (verifier reward)", "suite", "method"),
-    "dpo": RecipeInfo("dpo", "baselines.dpo", "DPO (TRL, pool pairs)", "trl", "method"),
+STAGE_NEEDS: dict[str, tuple[str, ...]] = {
+    "warm_start": (),
+    "sample_pool": ("warm_start",),
+    "reward_model": ("warm_start", "sample_pool"),
 }
+"""Stages each stage reads from."""
+
+METHODS: dict[str, Entry] = {
+    "grpo": Entry("baselines.grpo"),
+    "grpo_engine": Entry("baselines.grpo_engine"),
+    "ppo": Entry("baselines.ppo", label="PPO (reward model)", defaults={"reward": "model"}),
+    "ppo_verifier": Entry("baselines.ppo", label="PPO (verifier reward)", defaults={"reward": "verifier"}),
+    "dpo": Entry("baselines.dpo"),
+}
+"""Contestants in report order."""
 
 
-def lookup(name: str) -> RecipeInfo:
-    """Stage or method by name."""
-    if name in STAGES:
-        return STAGES[name]
-    return METHODS[name]
+def lookup(name: str) -> Entry:
+    """Stage or method entry by name (KeyError for an unknown name: the spec has already rejected it)."""
+    return STAGES[name] if name in STAGES else METHODS[name]
 
 
-def prerequisites(spec: Spec, method: str) -> list[str]:
-    """Stages a method needs, in run order."""
-    needs = ["warm_start"]
-    if method == "dpo":
-        needs.append("sample_pool")
-    if method.startswith("ppo") and spec.methods[method].reward == "model":
-        needs += ["sample_pool", "reward_model"]
-    return needs
+def recipe(name: str) -> ModuleType:
+    """The recipe module of a stage or method."""
+    return lookup(name).load()
+
+
+def label(name: str) -> str:
+    """The report label of a stage or method."""
+    entry = lookup(name)
+    return entry.label or entry.load().LABEL
+
+
+def engine(name: str) -> str:
+    """'trl' or 'suite' (who runs the training loop)."""
+    return lookup(name).load().ENGINE
+
+
+def default_config(name: str) -> Any:
+    """A method's Config instance with the recipe's defaults and this run's registry defaults."""
+    entry = METHODS[name]
+    return entry.load().Config(**entry.defaults)
+
+
+def stages_needed(spec: Any, name: str) -> list[str]:
+    """Stages a method needs, in run order (declared by the recipe from its config)."""
+    needed = set(recipe(name).needs(spec, spec.methods[name]))
+    closure = set(needed)
+    for stage in needed:
+        closure.update(STAGE_NEEDS[stage])
+    return [stage for stage in STAGES if stage in closure]

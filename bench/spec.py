@@ -70,8 +70,10 @@ class ModelSpec:
     """For source = architecture: a scaled-down variant of the same family (default: the full model)."""
     tiny: TinyModelSpec = field(default_factory=TinyModelSpec)
     """Shape of the tiny model."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Weights and compute precision (float32 on CPU)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute precision. bfloat16: trained networks keep float32 master weights and run under bf16 autocast;
+    frozen networks (reference, reward model during PPO) are stored in bf16 (bench.precision). float32: all
+    float32."""
     use_chat_template: bool = False
     """Wrap prompts in the tokenizer's chat template (instruct models)."""
 
@@ -114,6 +116,12 @@ class GenerationSpec:
     """Sampling temperature (> 0)."""
     top_p: float = 1.0
     """Nucleus sampling mass in (0, 1]."""
+    top_k: int = 0
+    """Keep only the k most likely tokens when sampling; 0 = off."""
+    repetition_penalty: float = 1.0
+    """Divide the logits of already-seen tokens by this (> 0); 1.0 = off."""
+    min_new_tokens: int = 0
+    """EOS is blocked before this many new tokens; systems runs set it to max_new_tokens for fixed-length generation."""
 
 
 @dataclass
@@ -168,6 +176,11 @@ class TrainSpec:
     """KL coefficient against the reference model (GRPO beta, PPO kl_coef)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward pass in the suite engine (gradients are accumulated over micro-batches,
+    with the loss normalised over the whole minibatch, so the result does not depend on it); 0: the whole
+    minibatch at once. It bounds activation and logit memory: at 151,936 vocabulary entries one sequence of
+    512 tokens has 0.15 GB of bf16 logits."""
     lora: LoraSpec = field(default_factory=LoraSpec)
     """LoRA settings."""
     log_every: int = 10
@@ -238,56 +251,10 @@ class TelemetrySpec:
     """Steps excluded from the step-time median and p90."""
 
 
-@dataclass
-class MethodSpec:
-    """One contestant. Unset fields inherit the matched budget; set ones are listed as differences."""
+def _default_methods() -> dict[str, Any]:
+    from bench.registry import METHODS, default_config
 
-    enabled: bool = True
-    """Run this method."""
-    learning_rate: float | None = None
-    """Own learning rate (declared difference)."""
-    beta: float | None = None
-    """DPO beta / KL coefficient override."""
-    loss_type: str | None = None
-    """Trainer loss type. GRPO (TRL): grpo (the default here) | dapo | dr_grpo | bnpo. DPO: sigmoid (default),
-    ipo, ..., or a comma-separated combination such as sigmoid,sft."""
-    ppo_epochs: int = 2
-    """PPO: passes over each rollout batch."""
-    minibatches: int = 2
-    """PPO: minibatches per rollout batch (optimizer steps = steps x ppo_epochs x minibatches)."""
-    cliprange: float = 0.2
-    """PPO clip range of the policy ratio."""
-    cliprange_value: float = 0.2
-    """PPO clip range of the value prediction."""
-    vf_coef: float = 0.1
-    """PPO value-loss coefficient."""
-    gamma: float = 1.0
-    """PPO discount."""
-    lam: float = 0.95
-    """PPO GAE lambda."""
-    kl_estimator: Literal["k1", "k3"] = "k1"
-    """Per-token KL estimator in the PPO reward."""
-    missing_eos_penalty: float | None = 1.0
-    """PPO: subtracted from the score of a completion with no end token (null: off)."""
-    critic_init: Literal["reward_model", "policy"] = "policy"
-    """PPO: the critic's backbone starts from the reward model or the policy."""
-    reward: Literal["model", "verifier"] = "model"
-    """PPO: score with the learned reward model or the rule verifier."""
-
-
-DEFAULT_METHODS = ("grpo", "grpo_engine", "ppo", "ppo_verifier", "dpo")
-ENGINE_METHODS = ("grpo_engine", "ppo", "ppo_verifier")
-"""Methods on the suite's own rollout engine (they read ppo_epochs / minibatches / clip settings)."""
-
-
-def _default_methods() -> dict[str, MethodSpec]:
-    return {
-        "grpo": MethodSpec(loss_type="grpo"),
-        "grpo_engine": MethodSpec(),
-        "ppo": MethodSpec(reward="model"),
-        "ppo_verifier": MethodSpec(reward="verifier"),
-        "dpo": MethodSpec(learning_rate=1e-5, beta=0.1, loss_type="sigmoid"),
-    }
+    return {name: default_config(name) for name in METHODS}
 
 
 @dataclass
@@ -302,6 +269,9 @@ class Spec:
     """One run per (method, seed)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train; auto picks cuda when available."""
+    gpus: list[int] = field(default_factory=list)
+    """GPU indices a run may use; each worker is pinned to the first one (CUDA_VISIBLE_DEVICES); empty: the first
+    visible device. TRL trainers refuse to run when they see several GPUs without a launcher."""
     threads: int = 0
     """torch CPU threads per run (0: torch's default). With parallel_runs > 1 it applies to method runs only:
     the shared stages run alone and take every core."""
@@ -320,8 +290,9 @@ class Spec:
     reward_model: RewardModelSpec = field(default_factory=RewardModelSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
     telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
-    methods: dict[str, MethodSpec] = field(default_factory=_default_methods)
-    """Contestants by registry name; unknown names are rejected."""
+    methods: dict[str, Any] = field(default_factory=_default_methods)
+    """Contestants by registry name (bench.registry); each value is that recipe's ``Config``, whose fields are
+    documented in the recipe file (baselines/<method>.py). Unknown names and keys are rejected."""
 
     @property
     def completions_per_step(self) -> int:
@@ -330,9 +301,9 @@ class Spec:
 
     def enabled_methods(self) -> list[str]:
         """Enabled method names in the canonical order."""
-        order = {name: i for i, name in enumerate(DEFAULT_METHODS)}
-        names = [n for n, m in self.methods.items() if m.enabled]
-        return sorted(names, key=lambda n: order.get(n, len(order)))
+        from bench.registry import METHODS
+
+        return [name for name in METHODS if name in self.methods and self.methods[name].enabled]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (what result files store)."""
@@ -509,25 +480,27 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
-def _build_methods(value: Any) -> dict[str, MethodSpec]:
+def _build_methods(value: Any) -> dict[str, Any]:
+    """methods: {name: settings} -> {name: recipe Config}, every registered method present (defaults)."""
+    from bench.registry import METHODS, default_config
+
     if not isinstance(value, dict):
         raise SpecError("'methods' must be a mapping of method name to settings, e.g. methods: {grpo: {enabled: true}}")
-    defaults = _default_methods()
-    methods = dict(defaults)
+    methods = {name: default_config(name) for name in METHODS}
     for name, settings in value.items():
         name = str(name)
-        if name not in defaults:
-            raise SpecError(f"unknown method 'methods.{name}'{_did_you_mean(name, list(defaults))}; "
-                            f"known methods: {', '.join(defaults)}")
+        if name not in METHODS:
+            raise SpecError(f"unknown method 'methods.{name}'{_did_you_mean(name, list(METHODS))}; "
+                            f"known methods: {', '.join(METHODS)}")
         if settings is None:
             settings = {}
         if isinstance(settings, bool):
             settings = {"enabled": settings}
         if not isinstance(settings, dict):
             raise SpecError(f"'methods.{name}' must be a mapping of settings or true/false, got {settings!r}")
-        base = dataclasses.asdict(defaults[name])
+        base = dataclasses.asdict(methods[name])
         base.update(settings)
-        methods[name] = _build(MethodSpec, base, f"methods.{name}.")
+        methods[name] = _build(type(methods[name]), base, f"methods.{name}.")
     return methods
 
 
@@ -543,9 +516,16 @@ def validate(spec: Spec) -> None:
     need(t.group_size >= 1, f"'train.group_size' must be >= 1, got {t.group_size}")
     need(t.learning_rate >= 0, f"'train.learning_rate' must be >= 0, got {t.learning_rate}")
     need(t.log_every >= 1, f"'train.log_every' must be >= 1, got {t.log_every}")
+    need(t.micro_batch_size >= 0, f"'train.micro_batch_size' must be >= 0 (0 = the whole minibatch), "
+                                  f"got {t.micro_batch_size}")
     need(g.max_new_tokens >= 1, f"'generation.max_new_tokens' must be >= 1, got {g.max_new_tokens}")
     need(g.temperature > 0, f"'generation.temperature' must be > 0, got {g.temperature}")
     need(0 < g.top_p <= 1, f"'generation.top_p' must be in (0, 1], got {g.top_p}")
+    need(g.top_k >= 0, f"'generation.top_k' must be >= 0 (0 = off), got {g.top_k}")
+    need(g.repetition_penalty > 0, f"'generation.repetition_penalty' must be > 0 (1.0 = off), got {g.repetition_penalty}")
+    need(0 <= g.min_new_tokens <= g.max_new_tokens,
+         f"'generation.min_new_tokens' must be in [0, generation.max_new_tokens={g.max_new_tokens}], "
+         f"got {g.min_new_tokens}")
     need(len(spec.seeds) >= 1, "'seeds' must list at least one seed, e.g. seeds: [0]")
     need(len(set(spec.seeds)) == len(spec.seeds), f"'seeds' has duplicates: {spec.seeds}; list each seed once")
     need(spec.task.test_size >= 1, f"'task.test_size' must be >= 1, got {spec.task.test_size}")
@@ -563,24 +543,14 @@ def validate(spec: Spec) -> None:
          f"'parallel_runs' > 1 needs device=cpu: runs sharing a GPU would mix their memory readings; "
          f"set parallel_runs=1")
     need(spec.threads >= 0, f"'threads' must be >= 0 (0 = torch default), got {spec.threads}")
+    need(all(g >= 0 for g in spec.gpus) and len(set(spec.gpus)) == len(spec.gpus),
+         f"'gpus' must list distinct GPU indices >= 0 (as nvidia-smi numbers them), got {spec.gpus}; e.g. gpus=[0]")
     enabled = spec.enabled_methods()
     need(bool(enabled), "no method is enabled; enable one, e.g. methods.grpo.enabled=true")
-    group_methods = {"grpo", "grpo_engine"} & set(enabled)
-    if group_methods:
-        need(t.group_size >= 2,
-             f"'train.group_size' must be >= 2 for {', '.join(sorted(group_methods))} (a group of one has no "
-             f"relative advantage), got {t.group_size}; set train.group_size=4 or disable those methods")
-    for name in enabled:
-        m = spec.methods[name]
-        if name in ENGINE_METHODS:
-            need(spec.completions_per_step % m.minibatches == 0,
-                 f"completions per step ({spec.completions_per_step} = train.prompts_per_step x train.group_size) "
-                 f"must divide by 'methods.{name}.minibatches' ({m.minibatches}); choose a divisor")
-            need(m.ppo_epochs >= 1, f"'methods.{name}.ppo_epochs' must be >= 1, got {m.ppo_epochs}")
-    engine_enabled = [m for m in enabled if m in ENGINE_METHODS]
-    need(not (spec.train.lora.enabled and engine_enabled),
-         f"'train.lora.enabled' is not supported by the suite engine yet ({', '.join(engine_enabled)}); set "
-         f"train.lora.enabled=false or disable those methods (methods.<name>.enabled=false)")
+    from bench.registry import recipe
+
+    for name in enabled:  # each recipe checks its own settings (and how they meet the matched budget)
+        recipe(name).validate(spec, spec.methods[name], f"methods.{name}")
     tiny = spec.model.tiny
     need(tiny.hidden_size % tiny.num_heads == 0,
          f"'model.tiny.hidden_size' ({tiny.hidden_size}) must divide by 'model.tiny.num_heads' ({tiny.num_heads})")

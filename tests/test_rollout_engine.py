@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from baselines import grpo_engine, ppo
 from bench.context import RunContext
-from bench.spec import MethodSpec, Spec
+from bench.spec import Spec
 
 STEPS, PROMPTS, G, NEW_TOKENS = 3, 2, 4, 8
 
@@ -116,7 +117,7 @@ def model_dirs(tmp_path_factory) -> tuple[Path, Path]:
     return policy_dir, rm_dir
 
 
-def _context(tmp_path: Path, model_dirs: tuple[Path, Path], method: str, method_spec: MethodSpec) -> RunContext:
+def _context(tmp_path: Path, model_dirs: tuple[Path, Path], method: str, method_spec) -> RunContext:
     policy_dir, rm_dir = model_dirs
     spec = Spec()
     spec.train.steps = STEPS
@@ -131,7 +132,7 @@ def _context(tmp_path: Path, model_dirs: tuple[Path, Path], method: str, method_
         spec=spec, method=method, method_spec=method_spec, seed=0, run_dir=tmp_path, device="cpu",
         init_model_dir=policy_dir, train_rows=_rows(5), telemetry=FakeTelemetry(),
         progress=lambda step, total, metrics: progress.append((step, total)),
-        reward_model_dir=rm_dir if method_spec.reward == "model" else None,
+        reward_model_dir=rm_dir if getattr(method_spec, "reward", None) == "model" else None,
     )
     ctx.stage_outputs["progress"] = progress
     return ctx
@@ -173,9 +174,7 @@ def _check_common(ctx: RunContext, outcome, initial: dict[str, torch.Tensor], ro
 
 
 def test_ppo_with_reward_model(tmp_path, model_dirs):
-    from baselines import ppo
-
-    ctx = _context(tmp_path, model_dirs, "ppo", MethodSpec(reward="model"))
+    ctx = _context(tmp_path, model_dirs, "ppo", ppo.Config(reward="model", ppo_epochs=2, minibatches=2))
     initial = _initial_weights(model_dirs[0])
     outcome = ppo.train(ctx)
     _check_common(ctx, outcome, initial, {"actor", "critic", "reward", "reference"})
@@ -187,27 +186,29 @@ def test_ppo_with_reward_model(tmp_path, model_dirs):
         assert math.isfinite(point["value_loss"])
     assert set(ctx.telemetry.phases) == {"generation", "reward", "reference", "critic", "update"}
     assert outcome.settings["reward_source"] == "model" and outcome.settings["critic_init"] == "policy"
-    assert ppo.networks_for(ctx.method_spec, 0.04) == ("actor", "critic", "reward", "reference")
+    assert ppo.networks(ctx.spec, ctx.method_spec) == ("actor", "critic", "reward", "reference")
+    assert outcome.settings["critic_learning_rate"] == pytest.approx(10 * ctx.spec.train.learning_rate)
+    assert outcome.optimizers["critic"].param_groups[0]["lr"] == pytest.approx(10 * ctx.spec.train.learning_rate)
 
 
 def test_ppo_with_verifier_and_reward_model_critic(tmp_path, model_dirs):
-    from baselines import ppo
-
     # critic_init=reward_model with the verifier reward: the critic starts from the reward model, which itself
     # is not kept resident (no 'reward' role).
-    ctx = _context(tmp_path, model_dirs, "ppo_verifier", MethodSpec(reward="verifier", critic_init="reward_model"))
+    ctx = _context(tmp_path, model_dirs, "ppo_verifier", ppo.Config(reward="verifier", critic_init="reward_model"))
     ctx.reward_model_dir = model_dirs[1]
     initial = _initial_weights(model_dirs[0])
     outcome = ppo.train(ctx)
     _check_common(ctx, outcome, initial, {"actor", "critic", "reference"})
     assert outcome.settings["reward_source"] == "verifier"
-    assert ppo.networks_for(ctx.method_spec, 0.04) == ("actor", "critic", "reference")
+    assert ppo.networks(ctx.spec, ctx.method_spec) == ("actor", "critic", "reference")
+    assert ppo.needs(ctx.spec, ctx.method_spec) == ("warm_start", "sample_pool", "reward_model")
 
 
 def test_grpo_engine(tmp_path, model_dirs):
-    from baselines import grpo_engine
-
-    ctx = _context(tmp_path, model_dirs, "grpo_engine", MethodSpec(ppo_epochs=1, minibatches=2))
+    # A random model scores 0 on every completion; the missing-EOS penalty makes the scores in a group differ,
+    # so the group advantages are non-zero and the actor must move.
+    ctx = _context(tmp_path, model_dirs, "grpo_engine",
+                   grpo_engine.Config(ppo_epochs=1, minibatches=2, missing_eos_penalty=1.0))
     initial = _initial_weights(model_dirs[0])
     outcome = grpo_engine.train(ctx)
     _check_common(ctx, outcome, initial, {"actor", "reference"})
@@ -219,40 +220,50 @@ def test_grpo_engine(tmp_path, model_dirs):
     assert outcome.settings["kl_placement"] == "loss term beta * k3"
 
 
-def test_grpo_engine_single_update_reuses_logp_and_beta_zero_drops_reference(tmp_path, model_dirs):
-    from baselines import grpo_engine
+def test_grpo_engine_single_update_reuses_logp_and_beta_zero_drops_reference(tmp_path, model_dirs, monkeypatch):
+    from baselines.rollout_engine import Engine
 
-    ctx = _context(tmp_path, model_dirs, "grpo_engine", MethodSpec(ppo_epochs=1, minibatches=1, beta=0.0))
+    ctx = _context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config(beta=0.0))
     ctx.spec.train.steps = 1
+    forwards = []
+    original = Engine.rollout_logprobs
+    monkeypatch.setattr(Engine, "rollout_logprobs",
+                        lambda self, model, batch: forwards.append(model) or original(self, model, batch))
     outcome = grpo_engine.train(ctx)
     assert set(outcome.networks) == {"actor"}
     assert "reference" not in ctx.telemetry.phases
+    assert forwards == []  # one update per rollout: no separate rollout forward of the actor (nor a reference)
     assert outcome.log_history[0]["clipfrac"] == 0.0 and outcome.log_history[0]["kl"] == 0.0
 
+    forwards.clear()
+    ctx = _context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config(beta=0.0, minibatches=2))
+    ctx.spec.train.steps = 1
+    grpo_engine.train(ctx)
+    assert len(forwards) == 1  # two updates per rollout: the rollout log-probs are computed once, before them
 
-def test_bad_minibatches_is_a_user_error(tmp_path, model_dirs):
-    from baselines import rollout_engine
-    from bench.errors import UserError
 
-    ctx = _context(tmp_path, model_dirs, "ppo_verifier", MethodSpec(reward="verifier", minibatches=3))
-    with pytest.raises(UserError, match="minibatches"):
-        rollout_engine.engine_settings(ctx, "ppo")
-    ctx = _context(tmp_path, model_dirs, "ppo", MethodSpec(reward="model"))
-    ctx.reward_model_dir = None
-    with pytest.raises(UserError, match="reward model"):
-        rollout_engine.engine_settings(ctx, "ppo")
+def test_engine_settings_are_validated_by_the_spec():
+    from bench.errors import SpecError
+    from bench.spec import load_spec
+
+    with pytest.raises(SpecError, match="minibatches"):
+        load_spec("cpu-quick", ["methods.ppo_verifier.minibatches=3"])
+    with pytest.raises(SpecError, match="ppo_epochs"):
+        load_spec("cpu-quick", ["methods.grpo_engine.ppo_epochs=0"])
+    with pytest.raises(SpecError, match="unknown key 'methods.dpo.gamma'"):
+        load_spec("cpu-quick", ["methods.dpo.gamma=0.9"])  # DPO has no GAE settings
 
 
 def test_logprobs_match_the_sampling_distribution(tmp_path, model_dirs):
     """old_logp must be the log-prob under the distribution that sampled the token: same positions with left
     padding, logits / temperature, and the same value from the training-mode minibatch forward."""
     from baselines import rl_math as M
-    from baselines.rollout_engine import RolloutEngine, policy_forward, sequence_inputs
+    from baselines.rollout_engine import Engine, Rollout, sequence_inputs
 
-    ctx = _context(tmp_path, model_dirs, "ppo_verifier", MethodSpec(reward="verifier"))
+    ctx = _context(tmp_path, model_dirs, "ppo_verifier", ppo.Config(reward="verifier"))
     ctx.spec.generation.temperature = 0.7
-    engine = RolloutEngine(ctx, "ppo")
-    actor, tok = engine.nets.actor, engine.tokenizer
+    engine = Engine(ctx, ctx.method_spec, kl_coef=0.0)
+    actor, tok = engine.actor, engine.tokenizer
     prompts = ["Question: What is 1 + 2?\nAnswer: ", "Question: What is 13 + 17?\nAnswer: 3"]  # unequal lengths
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     assert (enc["attention_mask"][:, 0] == 0).any()  # some left padding is exercised
@@ -265,11 +276,11 @@ def test_logprobs_match_the_sampling_distribution(tmp_path, model_dirs):
     raw_logits = torch.stack(out.logits, dim=1)  # (b, T, V) unprocessed logits of each sampling step
     sampled = M.logprobs_from_logits(raw_logits / 0.7, completion)
     inputs = sequence_inputs(enc["input_ids"], enc["attention_mask"], completion, mask)
-    actor.eval()
+    batch = Rollout([{}, {}], *inputs, completion, mask, torch.ones(2, dtype=torch.bool), ["", ""])
+    logp = engine.rollout_logprobs(actor, batch)
+    actor.train()
     with torch.no_grad():
-        logp, _ = policy_forward(actor, *inputs, completion, 0.7)
-        actor.train()
-        order = torch.tensor([1, 0])
-        logp_train, _ = policy_forward(actor, *(x[order] for x in inputs), completion[order], 0.7)
+        logp_train, _ = engine.logprobs(actor, batch, torch.tensor([1, 0]))
+    order = torch.tensor([1, 0])
     assert torch.allclose(logp[mask], sampled[mask], atol=1e-4)
     assert torch.allclose(logp_train[mask[order]], logp[order][mask[order]], atol=1e-5)
