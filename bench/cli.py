@@ -38,6 +38,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         suite_dir = default_out_dir(spec, reports_dir)
     print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
+    from bench.preflight import preflight
+
+    preflight(spec, suite_dir)  # seconds now rather than a failed stage after minutes of loading
     print(f"writing to {suite_dir}", file=sys.stderr)
     run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd())
     return 0

@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Mapping, TextIO
 
 from bench.errors import UserError
 from bench.plan import PlannedRun, make_plan
@@ -94,9 +94,33 @@ class Progress:
             self.stream.flush()
 
 
-def launch_worker(run_dir: Path, progress: Progress) -> int:
-    """Run ``python -m bench.worker RUN_DIR``; stream its progress; its other output goes to worker.log."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def worker_env(spec: Spec, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a worker: ``base_env`` with the worker pinned to one GPU unless device is cpu.
+
+    TRL trainers refuse to run when they see several GPUs without a distributed launcher, and a suite
+    measures one process on one device, so each worker sees exactly one: ``spec.gpus[0]``, else the first
+    entry of an inherited ``CUDA_VISIBLE_DEVICES`` ("3,5" -> "3"), else "0". Indices in ``spec.gpus`` are the
+    ones nvidia-smi prints, so CUDA_DEVICE_ORDER defaults to PCI_BUS_ID with them (CUDA's own default order,
+    fastest first, can differ on a mixed box). A cpu run's environment is left alone.
+    """
+    env = dict(base_env)
+    if spec.device == "cpu":
+        return env
+    if spec.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = str(spec.gpus[0])
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    elif "CUDA_VISIBLE_DEVICES" in env:
+        # An empty value hides every GPU on purpose; keep it empty rather than unhide device 0.
+        env["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"].split(",")[0].strip()
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = "0"
+    return env
+
+
+def launch_worker(run_dir: Path, progress: Progress, env: Mapping[str, str] | None = None) -> int:
+    """Run ``python -m bench.worker RUN_DIR`` in ``env`` (default: this process's environment); stream its
+    progress; its other output goes to worker.log."""
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     with open(run_dir / "worker.log", "w", encoding="utf-8") as log:
         process = subprocess.Popen([sys.executable, "-m", "bench.worker", str(run_dir)], stdout=subprocess.PIPE,
                                    stderr=log, text=True, env=env)
@@ -182,6 +206,7 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
     prepare_suite_dir(spec, suite_dir, runs, resume)
     lock = threading.Lock()
     inplace = stream.isatty() and spec.parallel_runs == 1
+    env = worker_env(spec, os.environ)
     suite_start = time.monotonic()
 
     def execute(index: int, run: PlannedRun) -> None:
@@ -202,7 +227,7 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
             "seed": run.seed, "spec": spec.to_dict(), "inputs": run_inputs(suite_dir, run),
             "repo_dir": str(repo_dir) if repo_dir else None,
         })
-        status = launch_worker(run_dir, progress)
+        status = launch_worker(run_dir, progress, env)
         result = read_result(run_dir)
         if result is None:
             record_failure(run_dir, run, spec, "WorkerDied",
