@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from bench.report import fmt
+from bench.report import phases as phase_times
 from bench.report.load import Run, Suite
 from bench.results import PHASES
 
@@ -263,9 +264,7 @@ def phases_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     names = fmt.display_names(suite.methods)
     data: dict[str, dict[str, float]] = {}
     for run in suite.methods:
-        phases = run.result.get("phases") or {}
-        times = {p: fmt.num(v.get("time_s")) for p, v in phases.items() if isinstance(v, dict)}
-        times = {p: t for p, t in times.items() if t is not None and t > 0}
+        times = phase_times.measured_times(run)  # a phase whose TRL seam is missing is left out, not drawn as 0
         if times:
             data[run.run_id] = times
     if not data:
@@ -287,7 +286,7 @@ def phases_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="x", alpha=0.3)
     name = _save(fig, out_dir, "phases.png")
-    return FigureInfo(name, "Time per phase (seconds, stacked) for each method run.")
+    return FigureInfo(name, "Time per phase (seconds, stacked) for each method run." + phase_times.figure_note(suite))
 
 
 def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:

@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 
 from bench.report import fmt, tables
+from bench.report import phases as phase_times
 from bench.report.figures import FigureInfo
 from bench.report.load import Suite
 
@@ -99,6 +100,16 @@ with a 95% paired-bootstrap interval (2000 resamples). Runs are paired within a 
 </table>
 {% endif %}
 
+{% if phase_rows %}
+<h2>Time per phase</h2>
+<p class="meta">Exclusive seconds per phase (bench.telemetry). "not instrumented": the phase was not measured, not zero.</p>
+<table>
+<tr>{% for h in phase_header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in phase_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
+</table>
+{% if phase_notes %}<ul>{% for n in phase_notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+{% endif %}
+
 {% if figures %}
 <h2>Figures</h2>
 {% for f in figures %}
@@ -167,6 +178,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     template = env.from_string(TEMPLATE)
     differs_header, differs_rows = tables.what_differs(suite)
+    phase_header, phase_rows = phase_times.phase_table(suite)
     env_run, environment = _environment(suite)
     return template.render(
         suite=suite,
@@ -178,6 +190,9 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         paired=tables.paired_tests(suite),
         p_value_text=fmt.p_value_text,
         stages=tables.stage_rows(suite),
+        phase_header=phase_header,
+        phase_rows=phase_rows,
+        phase_notes=[n.replace("`", "") for n in phase_times.phase_notes(suite)],  # Markdown marks
         figures=figures,
         samples=_samples(suite),
         notes=[n.replace("`", "").replace("*", "") for n in tables.notes(suite)],  # Markdown marks

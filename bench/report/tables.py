@@ -13,6 +13,7 @@ from typing import Any
 
 from bench import stats
 from bench.report import fmt
+from bench.report import phases as phase_times
 from bench.report.load import Run, Suite
 
 CSV_COLUMNS = [
@@ -312,8 +313,19 @@ def summary_markdown(suite: Suite) -> str:
                   _md_table(["stage", "status", "accuracy after (strict)", "wall time", "metrics"],
                             [[s["stage"], s["status"], s["accuracy"], s["wall"],
                               "; ".join(f"{k}={v}" for k, v in s["metrics"]) or fmt.MISSING] for s in stages]), ""]
+    parts += _phase_section(suite)
     parts += ["## Notes on sources", ""] + [f"- {n}" for n in notes(suite)] + [""]
     return "\n".join(parts)
+
+
+def _phase_section(suite: Suite) -> list[str]:
+    """'Time per phase' lines for summary.md: the table, then why any phase is 'not instrumented'."""
+    header, rows = phase_times.phase_table(suite)
+    if not rows:
+        return []
+    notes_ = phase_times.phase_notes(suite)
+    return (["## Time per phase", "", "Exclusive seconds per phase (bench.telemetry).", "", _md_table(header, rows), ""]
+            + [f"- {n}" for n in notes_] + ([""] if notes_ else []))
 
 
 def write_summary(suite: Suite, path: Path) -> Path:
