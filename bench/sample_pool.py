@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from bench.context import RunContext, TrainOutcome
+from bench.generation import completion_length, eos_token_ids, generate, sampling_settings
 from bench.models import load_causal_lm, load_tokenizer
 from bench.verifier import is_correct
 
@@ -21,19 +22,20 @@ ENGINE = "suite"
 POOL_FILE = "pool.jsonl"
 
 
-def sample(model: Any, tokenizer: Any, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
-           top_p: float) -> tuple[list[list[str]], int]:
-    """``n`` sampled completions per prompt. Returns (completions per prompt, generated tokens)."""
+def sample(model: Any, tokenizer: Any, prompts: list[str], n: int,
+           settings: dict[str, Any]) -> tuple[list[list[str]], int]:
+    """``n`` completions per prompt decoded with exactly ``settings`` (``generation.sampling_settings``).
+
+    Returns (completions per prompt, generated tokens counted up to and including each first EOS).
+    """
     device = next(model.parameters()).device
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     with torch.inference_mode():
-        out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                             max_new_tokens=max_new_tokens, num_return_sequences=n,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        out = generate(model, enc["input_ids"], enc["attention_mask"], {**settings, "num_return_sequences": n})
     new = out[:, enc["input_ids"].shape[1]:].tolist()
     texts, tokens = [], 0
     for row in new:
-        length = row.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in row else len(row)
+        length = completion_length(row, settings["eos_token_id"])
         tokens += length
         texts.append(tokenizer.decode(row[:length], skip_special_tokens=True))
     return [texts[i * n:(i + 1) * n] for i in range(len(prompts))], tokens
@@ -61,20 +63,20 @@ def preference_pairs(pool: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 def train(ctx: RunContext) -> TrainOutcome:
     """Sample the pool with the matched generation settings and write RUN_DIR/pool.jsonl."""
-    spec, pool_spec, gen = ctx.spec, ctx.spec.sample_pool, ctx.spec.generation
+    spec, pool_spec = ctx.spec, ctx.spec.sample_pool
     tokenizer = load_tokenizer(ctx.init_model_dir)
     policy = load_causal_lm(ctx.init_model_dir, spec.model, ctx.device).eval()
     rows = ctx.train_rows[: pool_spec.prompts]
     path = ctx.run_dir / POOL_FILE
     n = pool_spec.samples_per_prompt
+    settings = sampling_settings(spec, tokenizer, eos_token_ids(policy, tokenizer), greedy=False)
     counts = {"completions": 0, "correct": 0, "mixed": 0, "all_right": 0, "all_wrong": 0, "tokens": 0}
     with open(path, "w", encoding="utf-8") as handle:
         for start in range(0, len(rows), pool_spec.batch_size):
             batch = rows[start:start + pool_spec.batch_size]
             ctx.telemetry.step_begin()
             with ctx.telemetry.phase("generation"):
-                completions, tokens = sample(policy, tokenizer, [r["prompt"] for r in batch], n,
-                                             gen.max_new_tokens, gen.temperature, gen.top_p)
+                completions, tokens = sample(policy, tokenizer, [r["prompt"] for r in batch], n, settings)
             with ctx.telemetry.phase("reward"):
                 for row, texts in zip(batch, completions):
                     correct = [is_correct(t, row["answer"], "strict") for t in texts]
@@ -94,7 +96,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     return TrainOutcome(
         policy=policy, tokenizer=tokenizer, networks={"actor": policy},
         steps=0, completions=counts["completions"], generated_tokens=counts["tokens"],
-        settings={"prompts": len(rows), "samples_per_prompt": n},
+        settings={"prompts": len(rows), "samples_per_prompt": n, "generation": settings},
         metrics={"pool_accuracy": counts["correct"] / max(counts["completions"], 1),
                  "pairs": counts["mixed"], "mixed_prompt_share": counts["mixed"] / prompts,
                  "all_right_share": counts["all_right"] / prompts, "all_wrong_share": counts["all_wrong"] / prompts},
