@@ -126,6 +126,8 @@ def train(ctx: RunContext) -> TrainOutcome:
     from datasets import Dataset
     from trl import GRPOTrainer
 
+    from bench.generation import decoding_settings
+
     spec, t, r = ctx.spec, ctx.spec.train, ctx.spec.reward
     policy, tokenizer = load_initial_policy(ctx)
 
@@ -154,5 +156,6 @@ def train(ctx: RunContext) -> TrainOutcome:
                   "reward_weights": weights, "optimizer_steps_per_rollout": 1,
                   "loss_aggregation": "sequence_mean" if config.loss_type == "grpo" else config.loss_type,
                   "kl_bias_correction": config.use_bias_correction_kl,
+                  "generation": decoding_settings(spec.generation),
                   "precision": trl_precision(spec, resident)},
     )

@@ -253,6 +253,7 @@ class Engine:
         self.optimizer_steps = 0
         self.trained_tokens = 0
         self.generated_tokens = 0
+        self.completions = 0
 
     def _adamw(self, model: nn.Module, lr: float) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
@@ -303,6 +304,7 @@ class Engine:
         texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
         batch = Rollout(rows, input_ids, attention_mask, position_ids, completion_ids, mask, has_eos, texts)
         n_tokens = int(batch.lengths.sum())
+        self.completions += len(rows)
         self.generated_tokens += n_tokens
         counters = self.ctx.telemetry.counters
         counters["completions"] = counters.get("completions", 0) + len(rows)
@@ -494,7 +496,7 @@ class Engine:
         return TrainOutcome(
             policy=self.actor, tokenizer=self.tokenizer, networks=self.networks, optimizers=dict(self.optimizers),
             log_history=log_history, steps=self.optimizer_steps,
-            completions=len(per_step) * self.spec.completions_per_step, generated_tokens=self.generated_tokens,
+            completions=self.completions, generated_tokens=self.generated_tokens,
             trained_tokens=self.trained_tokens, settings=settings, metrics=metrics,
         )
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from bench.errors import UserError
 from bench.results import read_result, write_json_atomic
 from bench.runner import run_suite
-from bench.spec import DEFAULT_METHODS, load_spec
+from bench.registry import METHODS
+from bench.spec import load_spec
 from bench.worker import RUN_FILE
 
 
@@ -44,7 +45,7 @@ def _time_once(template: dict, run_dir: Path, enabled: bool) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu-quick", help="preset to measure with (default: cpu-quick)")
-    parser.add_argument("--method", default="grpo", choices=DEFAULT_METHODS, help="method to time (default: grpo)")
+    parser.add_argument("--method", default="grpo", choices=list(METHODS), help="method to time (default: grpo)")
     parser.add_argument("--repeats", type=int, default=5, help="runs per mode (default: 5)")
     parser.add_argument("--out", help="folder for the runs (default: a temporary folder)")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value")
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.repeats < 1:
             raise UserError(f"--repeats must be >= 1, got {args.repeats}")
-        others = [f"methods.{m}.enabled=false" for m in DEFAULT_METHODS if m != args.method]
+        others = [f"methods.{m}.enabled=false" for m in METHODS if m != args.method]
         spec = load_spec(args.preset, [f"methods.{args.method}.enabled=true", *others, *args.overrides])
     except UserError as exc:
         print(f"bench.overhead: error: {exc}", file=sys.stderr)

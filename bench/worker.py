@@ -111,6 +111,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     # Heavy imports happen inside these functions, in the worker process only.
     from bench.spec import load_spec_dict
     from bench.telemetry import account_networks, capture_environment
+    from bench.telemetry.trl_hooks import seam_record
 
     spec = load_spec_dict(job["spec"])
     configure_threads(spec, job["kind"])
@@ -129,6 +130,9 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     summary = telemetry.summary()
     count_from_telemetry(outcome, summary.get("counters") or {})
     assemble_training(result, outcome, networks, summary)
+    seams = seam_record(telemetry)  # TRL runs: which seams fed which phase (None for the suite's engine)
+    if seams is not None:
+        result["seams"] = seams
     if job["kind"] == "method":
         result["training_change"] = telemetry.training_change()
     if evaluation is not None:

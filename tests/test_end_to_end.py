@@ -73,11 +73,32 @@ def test_results_csv_has_the_columns_and_sane_values(suite: Path) -> None:
 
 
 def test_matched_sampling_budget(suite: Path) -> None:
+    """Completions counted where they were generated (TRL: the wrapped generate; engine: its sampler) are the
+    same matched number for every online method; each has the same optimizer steps and generation settings."""
     spec = json.loads((suite / "suite.json").read_text())["spec"]
     per_step = spec["train"]["prompts_per_step"] * spec["train"]["group_size"]
+    budget = spec["generation"]["max_new_tokens"]
+    settings = []
     for method in ONLINE:
         data = result(suite, f"{method}-s0")
-        assert data["throughput"]["completions"] == per_step * spec["train"]["steps"], method
+        counted = data["throughput"]["completions"]
+        assert counted == per_step * spec["train"]["steps"], method
+        assert 0 < data["throughput"]["generated_tokens"] <= counted * budget, method
+        assert data["throughput"]["steps"] == spec["train"]["steps"], method  # one update per rollout
+        generation = data["settings"].get("generation") or {}
+        settings.append({k: generation.get(k) for k in ("temperature", "top_p", "top_k", "max_new_tokens")})
+    assert all(s == settings[0] for s in settings) and settings[0]["max_new_tokens"] == budget
+
+
+def test_resume_skips_finished_runs_and_reruns_only_missing_ones(suite: Path) -> None:
+    before = {run: result(suite, run)["finished_at"] for run in ("warm_start", "grpo-s0", "ppo-s0")}
+    (suite / "runs" / "dpo-s0" / "result.json").unlink()
+    proc = run_bench("run", "--preset", "cpu-quick", "--out", str(suite), "--resume",
+                     cache_dir=suite.parent.parent / "cache", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("already complete, skipped (--resume)") == len(list((suite / "runs").iterdir())) - 1
+    assert {run: result(suite, run)["finished_at"] for run in before} == before  # not re-run
+    assert result(suite, "dpo-s0")["status"] == "ok"  # the missing one ran again
 
 
 def test_every_method_has_phase_times_and_labelled_memory(suite: Path) -> None:

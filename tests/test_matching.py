@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from baselines.common import matched_training_args, method_beta, method_learning_rate
+from baselines import grpo, ppo
+from baselines.common import matched_training_args
 from baselines.grpo import grpo_config
 from bench.context import RunContext
 from bench.data import matched_rows, prompts_for_steps
@@ -40,12 +41,12 @@ def test_grpo_config_carries_the_matched_budget(tmp_path: Path) -> None:
 
 def test_method_overrides_are_declared_differences(tmp_path: Path) -> None:
     spec = load_spec("cpu-tiny", ["methods.grpo.learning_rate=5e-5", "methods.grpo.beta=0.0"])
-    ctx = make_ctx(spec, "grpo", tmp_path)
-    assert method_learning_rate(ctx) == pytest.approx(5e-5)
-    assert method_beta(ctx) == 0.0
-    other = make_ctx(spec, "ppo", tmp_path)
-    assert method_learning_rate(other) == pytest.approx(spec.train.learning_rate)
-    assert method_beta(other) == pytest.approx(spec.train.kl_beta)
+    assert spec.methods["grpo"].resolved_learning_rate(spec) == pytest.approx(5e-5)
+    assert grpo.beta(spec, spec.methods["grpo"]) == 0.0
+    assert grpo_config(make_ctx(spec, "grpo", tmp_path)).beta == 0.0
+    other = spec.methods["ppo"]
+    assert other.resolved_learning_rate(spec) == pytest.approx(spec.train.learning_rate)
+    assert ppo.kl_coef(spec, other) == pytest.approx(spec.train.kl_beta)
 
 
 def test_shared_training_args_are_identical_across_methods(tmp_path: Path) -> None:
@@ -58,13 +59,24 @@ def test_shared_training_args_are_identical_across_methods(tmp_path: Path) -> No
     assert args[0]["use_cpu"] is True and args[0]["bf16"] is False
 
 
-def test_bf16_only_on_gpu(tmp_path: Path) -> None:
+def test_bf16_is_autocast_over_fp32_weights(tmp_path: Path) -> None:
+    """bfloat16 in the spec turns on the Trainer's bf16 autocast; float32 leaves it off (TRL defaults it on)."""
     spec = load_spec("gsm8k-qwen0.5b")
     gpu = matched_training_args(spec, make_ctx(spec, "grpo", tmp_path, device="cuda"), max_steps=1,
                                 learning_rate=1e-6, batch_size=8)
-    cpu = matched_training_args(spec, make_ctx(spec, "grpo", tmp_path, device="cpu"), max_steps=1,
+    fp32 = load_spec("cpu-quick")
+    cpu = matched_training_args(fp32, make_ctx(fp32, "grpo", tmp_path, device="cpu"), max_steps=1,
                                 learning_rate=1e-6, batch_size=8)
-    assert gpu["bf16"] is True and cpu["bf16"] is False
+    assert gpu["bf16"] is True and cpu["bf16"] is False and gpu["fp16"] is False
+
+
+def test_grpo_micro_batches_keep_the_step_batch(tmp_path: Path) -> None:
+    """TRL GRPO with micro-batches: same completions per optimizer step, accumulated (the preset maps 128 = 16 x 8)."""
+    spec = load_spec("gsm8k-qwen0.5b")
+    config = grpo_config(make_ctx(spec, "grpo", tmp_path, device="cpu"))
+    assert config.per_device_train_batch_size == spec.train.micro_batch_size == 8
+    assert config.per_device_train_batch_size * config.gradient_accumulation_steps == spec.completions_per_step
+    assert config.generation_batch_size == spec.completions_per_step  # one generation per optimizer step
 
 
 class _IdentityTokenizer:

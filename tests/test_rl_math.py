@@ -128,7 +128,8 @@ def _policy_case(ratio: float, advantage: float):
     logp = torch.tensor([[math.log(ratio)]], requires_grad=True)
     old = torch.zeros(1, 1)
     mask = torch.ones(1, 1, dtype=torch.bool)
-    loss, stats = M.policy_loss(logp, old, torch.tensor([[advantage]]), mask, cliprange=0.2)
+    per_token, stats = M.clipped_policy_loss(logp, old, torch.tensor([[advantage]]), cliprange=0.2)
+    loss = (per_token * M.loss_weights(mask, "token_mean")).sum()
     loss.backward()
     return loss.item(), stats["clipfrac"].item(), logp.grad.item()
 
@@ -162,13 +163,14 @@ def test_policy_loss_batch_mean_ignores_padding():
     ratios = torch.tensor([[1.5, 0.5, 1.5, 0.5, 1.1, 9.0]])
     adv = torch.tensor([[1.0, 1.0, -1.0, -1.0, 2.0, 100.0]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.bool)
-    loss, stats = M.policy_loss(ratios.log(), torch.zeros_like(ratios), adv, mask, cliprange=0.2)
+    per_token, stats = M.clipped_policy_loss(ratios.log(), torch.zeros_like(ratios), adv, cliprange=0.2)
+    weights = M.loss_weights(mask, "token_mean")
     # the five cases above: (-1.2 - 0.5 + 1.5 + 0.8 - 2.2) / 5 = -0.32; two of five clipped
-    assert loss.item() == pytest.approx(-0.32, abs=1e-6)
-    assert stats["clipfrac"].item() == pytest.approx(0.4)
+    assert (per_token * weights).sum().item() == pytest.approx(-0.32, abs=1e-6)
+    assert (stats["clipfrac"] * weights).sum().item() == pytest.approx(0.4)
     # approx_kl = 0.5 * mean(log(ratio)^2) over the five real tokens
     expected = 0.5 * sum(math.log(r) ** 2 for r in [1.5, 0.5, 1.5, 0.5, 1.1]) / 5
-    assert stats["approx_kl"].item() == pytest.approx(expected, rel=1e-5)
+    assert (stats["approx_kl"] * weights).sum().item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_value_loss_clipped():
@@ -181,9 +183,10 @@ def test_value_loss_clipped():
     old = torch.zeros(1, 4)
     returns = torch.tensor([[1.0, 1.0, 0.0, -42.0]])
     mask = torch.tensor([[1, 1, 1, 0]], dtype=torch.bool)
-    loss, stats = M.value_loss(values, old, returns, mask, cliprange_value=0.2)
-    assert loss.item() == pytest.approx(0.5 * 1.7 / 3, abs=1e-6)
-    assert stats["vf_clipfrac"].item() == pytest.approx(1 / 3)
+    per_token, stats = M.clipped_value_loss(values, old, returns, cliprange_value=0.2)
+    weights = M.loss_weights(mask, "token_mean")
+    assert (per_token * weights).sum().item() == pytest.approx(0.5 * 1.7 / 3, abs=1e-6)
+    assert (stats["vf_clipfrac"] * weights).sum().item() == pytest.approx(1 / 3)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,3 +260,47 @@ def test_explained_variance():
     # predicting the mean explains nothing: 1 - Var(R - mean) / Var(R) = 0
     assert M.explained_variance(torch.full_like(returns, 2.0), returns, mask).item() == pytest.approx(0.0, abs=1e-6)
     assert math.isnan(M.explained_variance(returns, torch.ones_like(returns), mask).item())
+
+
+# ----------------------------------------------------------------------------------------------
+# Loss aggregation and chunked log-probs
+
+
+def test_loss_weights_by_hand():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    # token mean: 4 real tokens -> 1/4 each
+    assert torch.allclose(M.loss_weights(mask, "token_mean"), mask.float() / 4)
+    # sequence mean: row 0 has 3 tokens -> 1/(2*3); row 1 has 1 -> 1/(2*1)
+    expected = torch.tensor([[1 / 6, 1 / 6, 1 / 6, 0], [0.5, 0, 0, 0]])
+    assert torch.allclose(M.loss_weights(mask, "sequence_mean"), expected)
+    # fixed length 4: 1 / (2 * 4) on every real token
+    assert torch.allclose(M.loss_weights(mask, "fixed_length", max_length=4), mask.float() / 8)
+    assert M.loss_weights(torch.zeros(1, 3, dtype=torch.bool), "token_mean").sum() == 0  # empty: no NaN
+    with pytest.raises(ValueError, match="max_length"):
+        M.loss_weights(mask, "fixed_length")
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_logprobs_match_log_softmax_values_and_gradients(temperature, dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(3, 4, 11, generator=g) * 3).to(dtype)
+    tokens = torch.randint(0, 11, (3, 4), generator=g)
+    upstream = torch.randn(3, 4, generator=g)
+
+    ours = logits.clone().requires_grad_(True)
+    lp = M.logprobs_from_logits(ours, tokens, temperature, chunk_rows=2)
+    (lp * upstream).sum().backward()
+
+    ref = logits.clone().float().requires_grad_(True)
+    expected = torch.log_softmax(ref / temperature, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    (expected * upstream).sum().backward()
+
+    assert lp.dtype == torch.float32
+    assert torch.allclose(lp, expected, atol=1e-5)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # the gradient is written back in the logits' dtype
+    assert ours.grad.dtype == dtype
+    assert torch.allclose(ours.grad.float(), ref.grad, atol=tol)
+    entropy = M.entropy_from_logits(logits, temperature, chunk_rows=2)
+    probs = torch.softmax(logits.float() / temperature, -1)
+    assert torch.allclose(entropy, -(probs * probs.log()).sum(-1), atol=1e-4)

@@ -8,7 +8,8 @@ import pytest
 from bench_cli import run_bench
 
 from bench.errors import SpecError
-from bench.spec import DEFAULT_METHODS, load_spec, preset_names
+from bench.registry import METHODS
+from bench.spec import load_spec, preset_names
 
 
 def test_shipped_presets_validate() -> None:
@@ -17,7 +18,7 @@ def test_shipped_presets_validate() -> None:
     for name in names:
         spec = load_spec(name)
         assert spec.name == name
-        assert spec.enabled_methods() == list(DEFAULT_METHODS)
+        assert spec.enabled_methods() == list(METHODS)
 
 
 def test_overrides_are_typed_and_applied() -> None:
@@ -38,7 +39,14 @@ def test_overrides_are_typed_and_applied() -> None:
         (["train.steps=many"], "'train.steps' must be an integer, got 'many'"),
         (["train.steps=2.5"], "'train.steps' must be an integer"),
         (["train.gradient_checkpointing=maybe"], "'train.gradient_checkpointing' must be true or false"),
-        (["train.group_size=1"], "'train.group_size' must be >= 2 for grpo, grpo_engine"),
+        (["train.group_size=1"], "'train.group_size' must be >= 2 for methods.grpo"),
+        (["train.group_size=1", "methods.grpo.enabled=false"], "'train.group_size' must be >= 2 for methods.grpo_engine"),
+        (["methods.dpo.loss_type=sigmoid,nope"], "'methods.dpo.loss_type' has unknown loss nope"),
+        (["methods.ppo.gamma=1.5"], "'methods.ppo.gamma' must be in [0, 1]"),
+        (["methods.ppo.critic_learning_rate=-1"], "'methods.ppo.critic_learning_rate' must be >= 0"),
+        (["methods.grpo.loss_type=dappo"], "'methods.grpo.loss_type' must be one of"),
+        (["methods.grpo.cliprange=0.1"], "unknown key 'methods.grpo.cliprange'"),
+        (["train.micro_batch_size=3"], "'train.micro_batch_size' (3) must divide the completions per step"),
         (["train.group_size=3", "methods.ppo.minibatches=4"], "must divide by 'methods.ppo.minibatches' (4)"),
         (["generation.temperature=0"], "'generation.temperature' must be > 0"),
         (["generation.top_p=1.5"], "'generation.top_p' must be in (0, 1]"),
