@@ -126,7 +126,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from bench.generation import decoding_settings
+    from bench.generation import decoding_settings, eos_token_ids, generation_config, sampling_settings
 
     spec, t, r = ctx.spec, ctx.spec.train, ctx.spec.reward
     policy, tokenizer = load_initial_policy(ctx)
@@ -138,6 +138,10 @@ def train(ctx: RunContext) -> TrainOutcome:
                                                   r.length_penalty, count_tokens)
     config = grpo_config(ctx)
     config.reward_weights = weights
+    # TRL merges the policy's own generation_config into its sampling config (fields left None, e.g. min_p or
+    # suppress_tokens, come from the checkpoint's file); replace it with the suite's explicit one.
+    policy.generation_config = generation_config(
+        sampling_settings(spec, tokenizer, eos_token_ids(policy, tokenizer), greedy=False))
     rows = prompts_for_steps(ctx.train_rows, t.steps, t.prompts_per_step)
     dataset = Dataset.from_list([{"prompt": row["prompt"], "answer": row["answer"]} for row in rows])
     trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,

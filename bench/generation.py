@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-# Decoding fields the spec does not expose, pinned to the values that switch them off. They are recorded with
+# Decoding fields the spec does not expose, pinned to the values that switch them off. (min_length is left out:
+# min_new_tokens, which the spec does expose, governs the length, and setting both makes transformers warn.) They are recorded with
 # the settings and passed explicitly, so that a checkpoint's generation_config.json cannot turn them on (in
 # transformers 5 every field left at None is filled from the model's own config). Fields whose "off" value is
 # None (min_p, top_h, suppress_tokens, bad_words_ids, sequence_bias, forced_*_token_id, ...) cannot be pinned
 # this way: :func:`generate` handles those by swapping the model's config out.
 NEUTRAL_DECODING: dict[str, Any] = {
     "num_beams": 1,
-    "min_length": 0,
     "no_repeat_ngram_size": 0,
     "typical_p": 1.0,
     "epsilon_cutoff": 0.0,

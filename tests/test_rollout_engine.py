@@ -217,7 +217,7 @@ def test_grpo_engine(tmp_path, model_dirs):
     for point in outcome.log_history:
         assert 0.0 <= point["zero_std_groups"] <= 1.0
         assert point["kl"] >= 0.0  # k3
-    assert outcome.settings["kl_placement"] == "loss term beta * k3"
+    assert outcome.settings["kl_placement"] == "loss term beta * k3 x ratio"  # TRL 1.16 use_bias_correction_kl
 
 
 def test_grpo_engine_single_update_reuses_logp_and_beta_zero_drops_reference(tmp_path, model_dirs, monkeypatch):
