@@ -284,3 +284,54 @@ def test_logprobs_match_the_sampling_distribution(tmp_path, model_dirs):
     order = torch.tensor([1, 0])
     assert torch.allclose(logp[mask], sampled[mask], atol=1e-4)
     assert torch.allclose(logp_train[mask[order]], logp[order][mask[order]], atol=1e-5)
+
+
+def test_micro_batches_give_the_minibatch_gradient(tmp_path, model_dirs):
+    """Gradient accumulation over micro-batches of 1 or 4 gives the gradient of the whole minibatch (the loss is
+    normalised by the minibatch's token count, not the micro-batch's), for the actor and the critic."""
+    from baselines import rl_math as M
+    from baselines.rollout_engine import Engine
+
+    ctx = _context(tmp_path, model_dirs, "ppo_verifier", ppo.Config(reward="verifier"))
+    engine = Engine(ctx, ctx.method_spec, kl_coef=0.0, critic_init="policy")
+    torch.manual_seed(0)
+    batch = engine.sample(1)
+    lengths = torch.tensor([1, 8, 3, 5, 2, 8, 7, 4])  # ragged, as after EOS truncation
+    batch.mask = torch.arange(batch.mask.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
+    advantages = torch.randn(batch.mask.shape)
+    returns = torch.randn(batch.mask.shape)
+    old_logp = engine.rollout_logprobs(engine.actor, batch)
+    old_values = engine.rollout_values(batch)
+    engine.actor.train()
+    engine.critic.train()
+
+    def loss_fn(rows, weights):
+        logp, _ = engine.logprobs(engine.actor, batch, rows)
+        pg, _ = M.clipped_policy_loss(logp, old_logp[rows], advantages[rows], 0.2)
+        vf, _ = M.clipped_value_loss(engine.values(batch, rows), old_values[rows], returns[rows], 0.2)
+        loss = (pg * weights).sum() + 0.1 * (vf * weights).sum()
+        return loss, {"loss": loss}
+
+    grads, losses = {}, {}
+    for micro in (0, 1, 4):
+        engine.micro_batch_size = micro
+        for net in (engine.actor, engine.critic):
+            net.zero_grad(set_to_none=True)
+        rows = torch.arange(len(batch))
+        stats = engine.accumulate(loss_fn, rows, M.loss_weights(batch.mask, "token_mean"))
+        losses[micro] = stats["loss"].item()
+        grads[micro] = torch.cat([p.grad.flatten() for net in (engine.actor, engine.critic)
+                                  for p in net.parameters() if p.grad is not None])
+    assert grads[0].abs().sum() > 0
+    for micro in (1, 4):
+        assert torch.allclose(grads[micro], grads[0], atol=1e-5), micro
+        assert losses[micro] == pytest.approx(losses[0], abs=1e-6)
+    # The naive alternative (each micro-batch normalised by its own tokens, averaged) is a different gradient here.
+    for net in (engine.actor, engine.critic):
+        net.zero_grad(set_to_none=True)
+    for rows in torch.arange(len(batch)).split(4):
+        loss, _ = loss_fn(rows, M.loss_weights(batch.mask[rows], "token_mean") / 2)
+        loss.backward()
+    naive = torch.cat([p.grad.flatten() for net in (engine.actor, engine.critic)
+                       for p in net.parameters() if p.grad is not None])
+    assert not torch.allclose(naive, grads[0], atol=1e-5)
