@@ -109,3 +109,27 @@ def test_plan_orders_stages_before_methods_and_only_what_is_needed() -> None:
     assert by_id["ppo_verifier-s1"].needs == ("warm_start",)
     only_grpo = load_spec("cpu-quick", ["methods.ppo.enabled=false", "methods.dpo.enabled=false"])
     assert [r.run_id for r in make_plan(only_grpo)] == ["warm_start", "grpo-s0", "grpo_engine-s0", "ppo_verifier-s0"]
+
+
+def test_every_prerequisite_rule_is_planned() -> None:
+    """Each recipe declares its stages from its config; the plan runs exactly those (and what they read)."""
+    cases = {
+        # only the verifier and a policy-initialised critic: the starting checkpoint is all PPO needs
+        ("methods.ppo_verifier.critic_init=policy",): {"ppo_verifier-s0": ("warm_start",)},
+        # a critic initialised from the reward model needs the reward-model stage, and so the pool
+        ("methods.ppo_verifier.critic_init=reward_model",):
+            {"ppo_verifier-s0": ("warm_start", "sample_pool", "reward_model")},
+        ("methods.ppo.reward=model",): {"ppo-s0": ("warm_start", "sample_pool", "reward_model")},
+        ("methods.ppo.reward=verifier",): {"ppo-s0": ("warm_start",)},
+        ("methods.dpo.enabled=true",): {"dpo-s0": ("warm_start", "sample_pool")},
+        ("methods.grpo.enabled=true",): {"grpo-s0": ("warm_start",)},
+        ("methods.grpo_engine.enabled=true",): {"grpo_engine-s0": ("warm_start",)},
+    }
+    for overrides, expected in cases.items():
+        (run_id, needs), = expected.items()
+        method = run_id.rsplit("-s", 1)[0]
+        only = [f"methods.{m}.enabled=false" for m in ("grpo", "grpo_engine", "ppo", "ppo_verifier", "dpo")
+                if m != method]
+        runs = make_plan(load_spec("cpu-quick", [*only, *overrides]))
+        assert [r.run_id for r in runs] == [*needs, run_id], overrides
+        assert {r.run_id: r.needs for r in runs}[run_id] == needs
