@@ -1,4 +1,5 @@
-"""What every TRL-based recipe shares: the matched spec -> TrainingArguments mapping, model loading, progress.
+"""What the recipes share: the matched spec -> TrainingArguments mapping, model loading, progress, and the
+resolution and checks of settings that several methods have (the KL coefficient, the group size).
 
 The mapping lives here, once, so that "matched" is code with tests (tests/test_matching.py) rather
 than a convention each recipe re-implements.
@@ -14,6 +15,20 @@ from bench.context import RunContext
 from bench.models import load_causal_lm, load_tokenizer
 from bench.precision import autocast_dtype, precision_policy
 from bench.spec import Spec
+
+
+def matched_kl_coef(spec: Spec, own: float | None) -> float:
+    """A method's own KL coefficient (GRPO's beta, PPO's kl_coef) when declared, else the matched train.kl_beta."""
+    return spec.train.kl_beta if own is None else own
+
+
+def require_groups(spec: Spec, key: str) -> None:
+    """SpecError unless G >= 2: a group of one has no relative advantage."""
+    from bench.errors import SpecError
+
+    if spec.train.group_size < 2:
+        raise SpecError(f"'train.group_size' must be >= 2 for {key} (a group of one has no relative advantage), got "
+                        f"{spec.train.group_size}; set train.group_size=4 or disable it ({key}.enabled=false)")
 
 
 def matched_training_args(spec: Spec, ctx: RunContext, *, max_steps: int, learning_rate: float,
@@ -134,10 +149,15 @@ def run_trainer(ctx: RunContext, trainer: Any, total_steps: int) -> None:
 
 
 def curves_from_log_history(log_history: list[dict[str, Any]], names: dict[str, str]) -> list[dict[str, float]]:
-    """TRL's log_history -> curve points with the suite's stable metric names.
+    """TRL's log_history -> curve points with the suite's stable metric names (bench.results.METRIC_NAMES).
 
-    ``names`` maps a TRL key (e.g. 'rewards/accuracy/mean') to a suite name (e.g. 'accuracy_reward').
+    ``names`` maps a TRL key (e.g. 'rewards/accuracy/mean') to a suite name (e.g. 'accuracy_reward'); a suite
+    name missing from METRIC_NAMES raises ValueError, so no recipe can write a curve the table does not define.
+    TRL's final summary entry (``train_runtime``) and entries with none of the keys are skipped.
     """
+    from bench.results import curve_names
+
+    curve_names(names)
     curves = []
     for entry in log_history:
         if "step" not in entry or "train_runtime" in entry:

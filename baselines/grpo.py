@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from baselines.common import (check_micro_batching, curves_from_log_history, load_initial_policy, lora_config,
-                              matched_training_args, micro_batching, run_trainer, trainer_networks, trl_precision)
+                              matched_kl_coef, matched_training_args, micro_batching, require_groups, run_trainer,
+                              trainer_networks, trl_precision)
 from bench.context import MethodConfig, RunContext, TrainOutcome
 from bench.data import prompts_for_steps
 from bench.errors import SpecError
 from bench.rewards import make_reward_functions
+from bench.results import curve_names
 
 if TYPE_CHECKING:
     from trl import GRPOConfig
@@ -40,7 +42,7 @@ class Config(MethodConfig):
 
 def beta(spec: Any, cfg: Config) -> float:
     """The method's KL coefficient, else the matched train.kl_beta."""
-    return spec.train.kl_beta if cfg.beta is None else cfg.beta
+    return matched_kl_coef(spec, cfg.beta)
 
 
 def networks(spec: Any, cfg: Config) -> tuple[str, ...]:
@@ -55,9 +57,7 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 
 def validate(spec: Any, cfg: Config, key: str) -> None:
     """G >= 2 (TRL's generation batch must divide by G: it does, as prompts x G), beta >= 0."""
-    if spec.train.group_size < 2:
-        raise SpecError(f"'train.group_size' must be >= 2 for {key} (a group of one has no relative advantage), got "
-                        f"{spec.train.group_size}; set train.group_size=4 or disable it ({key}.enabled=false)")
+    require_groups(spec, key)
     if cfg.beta is not None and cfg.beta < 0:
         raise SpecError(f"'{key}.beta' must be >= 0, got {cfg.beta}")
     if cfg.learning_rate is not None and cfg.learning_rate < 0:
@@ -72,12 +72,14 @@ def describe(spec: Any, cfg: Config) -> dict[str, str]:
                 *micro_batching(spec.completions_per_step, spec.train.micro_batch_size)),
             "loss": cfg.loss_type}
 
-CURVE_NAMES = {
+
+CURVE_NAMES = curve_names({
     "reward": "reward", "reward_std": "reward_std", "rewards/accuracy/mean": "accuracy_reward",
     "rewards/format/mean": "format_reward", "kl": "kl", "loss": "loss", "entropy": "entropy",
     "completions/mean_length": "completion_length", "frac_reward_zero_std": "zero_std_groups",
     "learning_rate": "learning_rate",
-}
+})
+"""TRL GRPOTrainer log key -> the suite's curve metric name (bench.results.METRIC_NAMES)."""
 
 
 def grpo_config(ctx: RunContext) -> "GRPOConfig":

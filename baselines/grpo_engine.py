@@ -21,6 +21,7 @@ from typing import Any, Literal
 import torch
 
 from baselines import rl_math as M
+from baselines.common import matched_kl_coef, require_groups
 from baselines.rollout_engine import Engine, EngineConfig, engine_description, validate_engine
 from bench.context import RunContext, TrainOutcome
 from bench.errors import SpecError
@@ -51,7 +52,7 @@ class Config(EngineConfig):
 
 def beta(spec: Any, cfg: Config) -> float:
     """The method's KL coefficient, else the matched train.kl_beta."""
-    return spec.train.kl_beta if cfg.beta is None else cfg.beta
+    return matched_kl_coef(spec, cfg.beta)
 
 
 def networks(spec: Any, cfg: Config) -> tuple[str, ...]:
@@ -67,9 +68,7 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 def validate(spec: Any, cfg: Config, key: str) -> None:
     """Engine checks, G >= 2 and beta >= 0."""
     validate_engine(spec, cfg, key)
-    if spec.train.group_size < 2:
-        raise SpecError(f"'train.group_size' must be >= 2 for {key} (a group of one has no relative advantage), got "
-                        f"{spec.train.group_size}; set train.group_size=4 or disable it ({key}.enabled=false)")
+    require_groups(spec, key)
     if cfg.beta is not None and cfg.beta < 0:
         raise SpecError(f"'{key}.beta' must be >= 0, got {cfg.beta}")
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import torch
 
 from baselines import rl_math as M
+from baselines.common import matched_kl_coef
 from baselines.rollout_engine import Engine, EngineConfig, Rollout, engine_description, validate_engine
 from bench.context import RunContext, TrainOutcome
 from bench.errors import SpecError
@@ -68,7 +69,7 @@ class Config(EngineConfig):
 
 def kl_coef(spec: Any, cfg: Config) -> float:
     """The method's KL coefficient, else the matched train.kl_beta."""
-    return spec.train.kl_beta if cfg.kl_coef is None else cfg.kl_coef
+    return matched_kl_coef(spec, cfg.kl_coef)
 
 
 def networks(spec: Any, cfg: Config) -> tuple[str, ...]:
