@@ -17,6 +17,7 @@ from bench.context import MethodConfig, RunContext, TrainOutcome
 from bench.data import prompts_for_steps
 from bench.errors import SpecError
 from bench.lengths import check_loss, model_context, pair_budget
+from bench.results import curve_names
 from bench.sample_pool import preference_pairs, read_pool
 
 LABEL = "DPO (TRL, pool pairs)"
@@ -72,10 +73,11 @@ def describe(spec: Any, cfg: Config) -> dict[str, str]:
             "loss": f"{cfg.loss_type}, beta {cfg.beta:g}"}
 
 
-CURVE_NAMES = {
+CURVE_NAMES = curve_names({
     "loss": "loss", "rewards/accuracies": "pair_accuracy", "rewards/margins": "margin",
     "rewards/chosen": "chosen_reward", "rewards/rejected": "rejected_reward", "learning_rate": "learning_rate",
-}
+})
+"""TRL DPOTrainer log key -> the suite's curve metric name (bench.results.METRIC_NAMES)."""
 
 
 def train(ctx: RunContext) -> TrainOutcome:

@@ -7,34 +7,38 @@ measures its pairwise accuracy, which the report shows next to PPO's results.
 
 from __future__ import annotations
 
-import copy
 import random
+from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import AutoConfig, AutoModelForSequenceClassification
 from trl import RewardConfig, RewardTrainer
 
-from baselines.common import curves_from_log_history, matched_training_args, run_trainer
+from baselines.common import curves_from_log_history, matched_training_args, run_trainer, trl_precision
 from bench.context import RunContext, TrainOutcome
 from bench.lengths import check_loss, model_context, pair_budget
-from bench.models import load_tokenizer, torch_dtype
+from bench.models import load_sequence_classifier, load_tokenizer
+from bench.precision import precision_for
+from bench.results import curve_names
 from bench.sample_pool import preference_pairs, read_pool
 
 LABEL = "Reward model (TRL)"
 ENGINE = "trl"
 
+CURVE_NAMES = curve_names({"loss": "loss", "accuracy": "pair_accuracy", "margin": "margin",
+                           "learning_rate": "learning_rate"})
+"""TRL RewardTrainer log key -> the suite's curve metric name (bench.results.METRIC_NAMES)."""
 
-def load_reward_model(path, dtype: str, device: str):
-    """A one-output sequence classifier from ``path``.
 
-    transformers 5.x rejects ``from_pretrained(..., num_labels=1)`` for some configs, so the label count is
-    set on a copy of the config instead.
+def stage_precision(spec: Any, model: Any) -> dict[str, dict[str, str | None]]:
+    """The precision record of this stage, ``{"reward": {storage, compute, optimizer_state}}``.
+
+    Here the reward model is *trained* (float32 master weights, bf16 autocast under a bfloat16 spec, float32
+    AdamW state), while in a method run it is frozen. ``trl_precision`` applies the method-run roles, where
+    'reward' is frozen, so only its live storage check is kept and the rest is the trained policy.
     """
-    config = copy.deepcopy(AutoConfig.from_pretrained(str(path)))
-    config.num_labels = 1
-    model = AutoModelForSequenceClassification.from_pretrained(str(path), config=config, dtype=torch_dtype(dtype))
-    return model.to(device)
+    live = trl_precision(spec, {"reward": model})["reward"]
+    return {"reward": {**precision_for(spec.model.dtype, trained=True).to_dict(), "storage": live["storage"]}}
 
 
 @torch.no_grad()
@@ -59,7 +63,8 @@ def train(ctx: RunContext) -> TrainOutcome:
     """Train the reward model on the pool's pairs; save it to RUN_DIR/model."""
     spec, rm = ctx.spec, ctx.spec.reward_model
     tokenizer = load_tokenizer(ctx.init_model_dir)
-    model = load_reward_model(ctx.init_model_dir, spec.model.dtype, ctx.device)
+    # trained=True: the optimizer updates it here, so float32 master weights (bench.precision).
+    model = load_sequence_classifier(ctx.init_model_dir, spec.model.dtype, ctx.device, trained=True)
     model.config.pad_token_id = tokenizer.pad_token_id
     pairs = preference_pairs(read_pool(ctx.pool_path))
     if len(pairs) < 4:
@@ -87,10 +92,10 @@ def train(ctx: RunContext) -> TrainOutcome:
     tokenizer.save_pretrained(save_dir)
     return TrainOutcome(
         policy=model, tokenizer=tokenizer, networks={"reward": model}, optimizers={"reward": trainer.optimizer},
-        log_history=curves_from_log_history(trainer.state.log_history, {"loss": "loss", "accuracy": "pair_accuracy",
-                                                                        "margin": "margin"}),
+        log_history=curves_from_log_history(trainer.state.log_history, CURVE_NAMES),
         steps=trainer.state.global_step,
-        settings={"epochs": rm.epochs, "batch_size": rm.batch_size, "learning_rate": rm.learning_rate},
+        settings={"epochs": rm.epochs, "batch_size": rm.batch_size, "learning_rate": rm.learning_rate,
+                  "precision": stage_precision(spec, model)},
         metrics={"train_pairs": len(train_pairs), "heldout_pairs": len(eval_pairs),
                  "heldout_pair_accuracy": accuracy_after, "heldout_pair_accuracy_untrained": accuracy_before,
                  "lengths": budget.to_dict()},

@@ -15,10 +15,14 @@ from bench.context import RunContext, TrainOutcome
 from bench.data import tokenizer_corpus
 from bench.lengths import check_loss, model_context, sft_budget
 from bench.models import initial_model_source, load_causal_lm, load_tokenizer
+from bench.results import curve_names
 from bench.tasks import format_target
 
 LABEL = "Warm start (SFT, TRL)"
 ENGINE = "trl"
+
+CURVE_NAMES = curve_names({"loss": "loss", "learning_rate": "learning_rate", "mean_token_accuracy": "token_accuracy"})
+"""TRL SFTTrainer log key -> the suite's curve metric name (bench.results.METRIC_NAMES)."""
 
 
 def train(ctx: RunContext) -> TrainOutcome:
@@ -45,9 +49,7 @@ def train(ctx: RunContext) -> TrainOutcome:
         run_trainer(ctx, trainer, ws.steps)
         policy = trainer.model
         steps = trainer.state.global_step
-        log_history = curves_from_log_history(trainer.state.log_history,
-                                              {"loss": "loss", "learning_rate": "learning_rate",
-                                               "mean_token_accuracy": "token_accuracy"})
+        log_history = curves_from_log_history(trainer.state.log_history, CURVE_NAMES)
     policy.save_pretrained(save_dir)
     tokenizer.save_pretrained(save_dir)
     return TrainOutcome(

@@ -74,11 +74,13 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
@@ -86,18 +88,99 @@ RESULT_FILE = "result.json"
 PHASES = ("generation", "reward", "reference", "critic", "update", "evaluation", "other")
 """Phase names, in the order the report stacks them."""
 
-METRIC_NAMES = {
-    "reward": "mean total reward of the step's completions",
-    "reward_std": "standard deviation of the step's rewards",
-    "accuracy_reward": "mean accuracy reward (1 if the answer is right)",
-    "format_reward": "mean format reward",
-    "kl": "mean KL(policy || reference) per token",
-    "loss": "training loss",
-    "completion_length": "mean completion length in tokens",
-    "learning_rate": "learning rate",
-    "zero_std_groups": "share of groups whose G rewards were identical (no signal)",
+
+@dataclass(frozen=True)
+class Metric:
+    """One stable curve metric: what it measures (and who logs it) and its unit."""
+
+    meaning: str
+    unit: str
+
+
+_SHARE = "share in [0, 1]"
+_REWARD = "reward units (accuracy_weight + format_weight scale)"
+
+METRIC_NAMES: dict[str, Metric] = {
+    # -- the rollout: what the policy produced and what it scored (suite engine: Engine.verify; TRL GRPO) --
+    "reward": Metric("mean verifier reward of the step's completions: accuracy + format - length penalty", _REWARD),
+    "reward_std": Metric("standard deviation of the step's verifier rewards over its completions", _REWARD),
+    "accuracy_reward": Metric("mean accuracy reward (1 when the strict answer is right, else 0)", _SHARE),
+    "format_reward": Metric("mean format reward (1 for exactly <think>...</think><answer>...</answer>, else 0)",
+                            _SHARE),
+    "completion_length": Metric("mean completion length, up to and including the first EOS "
+                                "(bench.generation.completion_length)", "tokens"),
+    "eos_rate": Metric("share of completions that emitted EOS within generation.max_new_tokens", _SHARE),
+    "empty_answer_rate": Metric("share of completions with no answer a strict extraction finds "
+                                "(bench.rewards.degenerate_stats)", _SHARE),
+    "repetition_rate": Metric("share of completions with a back-to-back repetition loop "
+                              "(bench.rewards.has_repetition)", _SHARE),
+    "format_only_rate": Metric("share of completions with the right format but a wrong answer (reward hacking "
+                               "monitor, bench.rewards.degenerate_stats)", _SHARE),
+    "score": Metric("mean score the advantage is computed from: the reward source (verifier or reward model) "
+                    "after the missing-EOS penalty", "reward units of the source"),
+    "rm_score": Metric("mean raw reward-model score (PPO with reward: model), before the missing-EOS penalty",
+                       "reward-model logit"),
+    "zero_std_groups": Metric("share of prompt groups whose G scores were identical (zero advantage, no signal)",
+                              _SHARE),
+    # -- against the reference -------------------------------------------------------------------------------
+    "kl": Metric("mean KL(policy || reference) estimate per completion token (PPO: its kl_estimator at rollout; "
+                 "GRPO: k3 in the loss; 0 without a reference)", "nats per token"),
+    "non_score_reward": Metric("PPO's KL penalty -kl_coef x KL summed over a completion's tokens, mean over "
+                               "completions", _REWARD),
+    # -- the critic (PPO) --------------------------------------------------------------------------------------
+    "explained_variance": Metric("1 - Var(returns - values) / Var(returns) over real tokens, at rollout "
+                                 "(1: the critic predicts the returns; <= 0: no better than their mean)", "ratio"),
+    "value_mean": Metric("mean critic value over real tokens at rollout", _REWARD),
+    "value_loss": Metric("PPO's clipped value loss 0.5 x max((V - R)^2, (V_clipped - R)^2), aggregated as "
+                         "the loss", "squared reward units"),
+    "vf_clipfrac": Metric("share of tokens where the clipped value error was the larger", _SHARE),
+    # -- the update ------------------------------------------------------------------------------------------
+    "loss": Metric("training loss the optimizer step minimised (suite PPO: the policy term only; its value "
+                   "term is value_loss)", "the method's loss units"),
+    "entropy": Metric("mean entropy of the policy's next-token distribution over completion tokens",
+                      "nats per token"),
+    "clipfrac": Metric("share of tokens where PPO's clipped surrogate was active", _SHARE),
+    "approx_kl": Metric("mean 0.5 x (log p - log p_old)^2 per token: how far the update moved the policy from "
+                        "the rollout policy", "nats per token"),
+    "ratio": Metric("mean policy ratio exp(log p - log p_old) per token (1: the rollout policy)", "ratio"),
+    "learning_rate": Metric("the actor's learning rate at the step", "per optimizer step (AdamW lr)"),
+    # -- preference pairs (DPO, the reward-model stage) and supervised warm start -----------------------------
+    "pair_accuracy": Metric("share of (chosen, rejected) pairs scored chosen above rejected (DPO: implicit "
+                            "reward; reward model: its score)", _SHARE),
+    "margin": Metric("mean score of chosen minus rejected (DPO: implicit reward beta x log-ratio; reward model: "
+                     "its score)", "reward units of the scorer"),
+    "chosen_reward": Metric("DPO's mean implicit reward of the chosen completion, beta x log(pi / pi_ref)",
+                            "beta x nats"),
+    "rejected_reward": Metric("DPO's mean implicit reward of the rejected completion, beta x log(pi / pi_ref)",
+                              "beta x nats"),
+    "token_accuracy": Metric("share of target tokens the model's argmax predicts (SFT warm start)", _SHARE),
 }
-"""Stable curve metric names shared by every method (others may appear too)."""
+"""Every curve metric any method writes (``result["curves"]`` keys besides ``step``), with its meaning and unit.
+
+The one table: recipes map TRL's log keys onto these names (:func:`curve_names`), the suite engine logs them
+directly, the report's figures draw a subset, and ``tests/test_metrics.py`` checks all three. Adding a metric
+means adding it here first; a name missing from this table fails at import (recipes) or in that test (engine).
+"""
+
+
+def unknown_metrics(names: Iterable[str]) -> list[str]:
+    """The names that are not in :data:`METRIC_NAMES` (``step``, the x-axis, is not a metric), in order."""
+    return [name for name in names if name not in METRIC_NAMES]
+
+
+def curve_names(mapping: dict[str, str]) -> dict[str, str]:
+    """``mapping`` (a trainer's log key -> a suite metric name), checked: every target is in :data:`METRIC_NAMES`.
+
+    Raises ValueError naming the unknown targets and the closest known names, so a typo in a recipe's table
+    fails when the recipe is imported instead of silently dropping a curve from the report.
+    """
+    unknown = unknown_metrics(mapping.values())
+    if unknown:
+        hints = [f"{name!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(
+            name, METRIC_NAMES, n=1)) else "") for name in unknown]
+        raise ValueError(f"curve metric name(s) {', '.join(hints)} not in bench.results.METRIC_NAMES; "
+                         f"add them there with their meaning and unit")
+    return mapping
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ All sizes are bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -73,84 +74,122 @@ def account_networks(
         and ``optimizer_state_materialized: False``, meaning the 0 understates the steady state. A role
         with no trainable parameters reports 0 with the flag True (0 is its true value).
     """
-    # One lookup from parameter identity to optimizer state, over every distinct optimizer.
-    state_by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
-    optimized: set[tuple[Any, ...]] = set()  # identity keys of every parameter some optimizer updates
-    seen_optimizers: set[int] = set()
-    for optimizer in (optimizers or {}).values():
-        if optimizer is None or id(optimizer) in seen_optimizers:
-            continue
-        seen_optimizers.add(id(optimizer))
-        for param, state in optimizer.state.items():
-            for key in _param_keys(param):
-                state_by_key.setdefault(key, state)
-        for group in optimizer.param_groups:
-            for param in group["params"]:
-                optimized.update(_param_keys(param))
+    index = _index_optimizers(optimizers or {})
+    counted: set[tuple[Any, ...]] = set()  # parameters and buffers already attributed to an earlier role
+    return {role: _account_role(module, index, counted) for role, module in networks.items()}
 
-    def is_trained(param: "torch.Tensor", keys: list[tuple[Any, ...]]) -> bool:
-        # With optimizers given, "trainable" means "some optimizer updates it": libraries leave
-        # requires_grad on for networks they never train (TRL's reference copies), and those hold
-        # no gradient or optimizer state in steady state.
+
+@dataclass
+class _OptimizerIndex:
+    """Every given optimizer's parameters and state, looked up by parameter identity (see :func:`_param_keys`)."""
+
+    state_by_key: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
+    """Identity key -> that parameter's optimizer state (AdamW: exp_avg, exp_avg_sq, step)."""
+    optimized: set[tuple[Any, ...]] = field(default_factory=set)
+    """Identity keys of every parameter some optimizer updates (in any param group)."""
+    any_optimizer: bool = False
+    """Whether any optimizer was given: without one, requires_grad alone decides what is trained."""
+
+    def state_of(self, keys: list[tuple[Any, ...]]) -> dict[str, Any] | None:
+        """The optimizer state of the parameter with these identity keys, or None (none yet, or frozen)."""
+        return next((self.state_by_key[k] for k in keys if k in self.state_by_key), None)
+
+    def trains(self, param: "torch.Tensor", keys: list[tuple[Any, ...]]) -> bool:
+        """Whether ``param`` is trained: requires_grad and, when optimizers are given, updated by one of them.
+
+        Why both: libraries leave requires_grad on for networks they never train (TRL's reference copies),
+        and those hold no gradient or optimizer state in steady state.
+        """
         if not param.requires_grad:
             return False
-        return not seen_optimizers or any(key in optimized for key in keys)
+        return not self.any_optimizer or any(key in self.optimized for key in keys)
 
-    counted: set[tuple[Any, ...]] = set()  # parameters and buffers already attributed to a role
-    result: dict[str, dict[str, Any]] = {}
-    for role, module in networks.items():
-        entry: dict[str, Any] = {
-            "params": 0,
-            "trainable_params": 0,
-            "weight_bytes": 0,
-            "buffer_bytes": 0,
-            "grad_bytes": 0,
-            "grad_materialized": True,
-            "optimizer_bytes": 0,
-            "optimizer_state_materialized": True,
-            "shared_params": 0,
-        }
-        if module is None:
-            result[role] = entry
+
+def _index_optimizers(optimizers: dict[str, "torch.optim.Optimizer | None"]) -> _OptimizerIndex:
+    """One index over every distinct optimizer (one optimizer given under two roles is read once)."""
+    index = _OptimizerIndex()
+    seen: set[int] = set()
+    for optimizer in optimizers.values():
+        if optimizer is None or id(optimizer) in seen:
             continue
-        trainable_without_state = 0
-        trainable_with_state = 0
-        # parameters() already de-duplicates tied weights (embedding == lm_head) inside one module.
-        for param in module.parameters():
-            keys = _param_keys(param)
-            if any(key in counted for key in keys):
-                entry["shared_params"] += int(param.numel())
-                continue
-            counted.update(keys)
-            numel = int(param.numel())
-            entry["params"] += numel
-            entry["weight_bytes"] += _tensor_bytes(param)
-            trained = is_trained(param, keys)
-            if param.grad is not None:
-                entry["grad_bytes"] += _tensor_bytes(param.grad)
-            elif trained:
-                entry["grad_bytes"] += _tensor_bytes(param)  # projected: the grad it will hold
-                entry["grad_materialized"] = False
-            if trained:
-                entry["trainable_params"] += numel
-            state = next((state_by_key[k] for k in keys if k in state_by_key), None)
-            if state:
-                entry["optimizer_bytes"] += sum(
-                    _tensor_bytes(value) for value in state.values() if _is_tensor(value)
-                )
-                trainable_with_state += 1
-            elif trained:
-                trainable_without_state += 1
-        for buffer in module.buffers():
-            keys = _param_keys(buffer)
-            if any(key in counted for key in keys):
-                continue
-            counted.update(keys)
-            entry["buffer_bytes"] += _tensor_bytes(buffer)
-        if trainable_without_state and not trainable_with_state:
-            entry["optimizer_state_materialized"] = False
-        result[role] = entry
-    return result
+        seen.add(id(optimizer))
+        index.any_optimizer = True
+        for param, state in optimizer.state.items():
+            for key in _param_keys(param):
+                index.state_by_key.setdefault(key, state)
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                index.optimized.update(_param_keys(param))
+    return index
+
+
+def _empty_entry() -> dict[str, Any]:
+    """A role's accounting before anything is counted (the flags start True: nothing is missing yet)."""
+    return {"params": 0, "trainable_params": 0, "weight_bytes": 0, "buffer_bytes": 0, "grad_bytes": 0,
+            "grad_materialized": True, "optimizer_bytes": 0, "optimizer_state_materialized": True,
+            "shared_params": 0}
+
+
+def _account_role(module: "torch.nn.Module | None", index: _OptimizerIndex,
+                  counted: set[tuple[Any, ...]]) -> dict[str, Any]:
+    """One role's entry (see :func:`account_networks`); adds what it counts to ``counted`` (sharing)."""
+    entry = _empty_entry()
+    if module is None:
+        return entry
+    with_state, without_state = _account_parameters(module, index, counted, entry)
+    _account_buffers(module, counted, entry)
+    # Trainable parameters, none with state yet: before the first optimizer step, so 0 understates it.
+    entry["optimizer_state_materialized"] = not (without_state and not with_state)
+    return entry
+
+
+def _account_parameters(module: "torch.nn.Module", index: _OptimizerIndex, counted: set[tuple[Any, ...]],
+                        entry: dict[str, Any]) -> tuple[int, int]:
+    """Add the module's not-yet-counted parameters to ``entry`` (bytes); a shared one goes to shared_params.
+
+    Returns (parameters with optimizer state, trained parameters without it), for the materialized flag.
+    ``module.parameters()`` already de-duplicates tied weights (embedding == lm_head) inside one module.
+    """
+    with_state = without_state = 0
+    for param in module.parameters():
+        keys = _param_keys(param)
+        numel = int(param.numel())
+        if any(key in counted for key in keys):
+            entry["shared_params"] += numel
+            continue
+        counted.update(keys)
+        entry["params"] += numel
+        entry["weight_bytes"] += _tensor_bytes(param)
+        trained = index.trains(param, keys)
+        _account_grad(param, trained, entry)
+        if trained:
+            entry["trainable_params"] += numel
+        state = index.state_of(keys)
+        if state:
+            entry["optimizer_bytes"] += sum(_tensor_bytes(value) for value in state.values() if _is_tensor(value))
+            with_state += 1
+        elif trained:
+            without_state += 1
+    return with_state, without_state
+
+
+def _account_grad(param: "torch.Tensor", trained: bool, entry: dict[str, Any]) -> None:
+    """Add the gradient's bytes: the existing ``.grad``, else (trained) the projected one, else nothing."""
+    if param.grad is not None:
+        entry["grad_bytes"] += _tensor_bytes(param.grad)
+    elif trained:
+        entry["grad_bytes"] += _tensor_bytes(param)  # projected: the grad it will hold
+        entry["grad_materialized"] = False
+
+
+def _account_buffers(module: "torch.nn.Module", counted: set[tuple[Any, ...]], entry: dict[str, Any]) -> None:
+    """Add the module's not-yet-counted registered buffers (rotary tables, ...) to buffer_bytes."""
+    for buffer in module.buffers():
+        keys = _param_keys(buffer)
+        if any(key in counted for key in keys):
+            continue
+        counted.update(keys)
+        entry["buffer_bytes"] += _tensor_bytes(buffer)
 
 
 def _is_tensor(value: Any) -> bool:

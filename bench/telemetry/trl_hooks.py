@@ -54,6 +54,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from bench.generation import completion_length
 from bench.telemetry.tracker import OTHER, Telemetry
 
 _MARK = "_bench_telemetry_wrapped"
@@ -110,6 +111,11 @@ class Seam:
     applies: Callable[[Any], bool] = lambda trainer: True
     """Whether this trainer's configuration needs the seam (e.g. a reference only when ``beta != 0``)."""
 
+    def __post_init__(self) -> None:
+        """A seam must name one of :data:`INTERFACES`: the record says how each missing seam would attach."""
+        if self.interface not in INTERFACES:
+            raise ValueError(f"seam {self.name!r}: interface {self.interface!r} is not one of INTERFACES")
+
 
 # ------------------------------------------------------------------------------------ wrappers
 def _wrap_in_phase(fn: Callable[..., Any], telemetry: Telemetry, name: str,
@@ -146,10 +152,11 @@ def _eos_and_pad(model: Any, kwargs: dict[str, Any]) -> tuple[list[int], int | N
 def count_generated_tokens(sequences: Any, prompt_length: int, eos_ids: list[int], pad_id: int | None) -> tuple[int, int]:
     """Completions and generated tokens in a decoder-only ``generate`` output.
 
-    Rule (the same as TRL's completion mask): the new tokens of a row are those after the prompt, up
-    to and including the first EOS; what ``generate`` writes after it (pad tokens of finished rows in
-    a batch) is not generated work. A row without EOS counts every new position. Without any EOS id,
-    every new token that is not the pad id counts.
+    Rule: the suite's one EOS-length rule, :func:`bench.generation.completion_length` (the same as TRL's
+    completion mask and ``rl_math.truncate_after_eos``): the new tokens of a row are those after the
+    prompt, up to and including the first EOS; what ``generate`` writes after it (pad tokens of finished
+    rows in a batch) is not generated work. A row without EOS counts every new position. Only when no EOS
+    id is known at all does the pad id stand in: every new token that is not the pad id counts.
 
     Args:
         sequences: LongTensor (rows, prompt_length + new), prompt included.
@@ -159,22 +166,15 @@ def count_generated_tokens(sequences: Any, prompt_length: int, eos_ids: list[int
     Returns:
         (completions, generated_tokens).
     """
-    import torch
-
     rows = int(sequences.shape[0])
     new = sequences[:, prompt_length:]
-    width = int(new.shape[1])
-    if rows == 0 or width == 0:
+    if rows == 0 or int(new.shape[1]) == 0:
         return rows, 0
     if eos_ids:
-        is_eos = torch.isin(new, torch.tensor(eos_ids, device=new.device))
-        has_eos = is_eos.any(dim=1)
-        first = is_eos.int().argmax(dim=1)
-        lengths = torch.where(has_eos, first + 1, torch.full_like(first, width))
-        return rows, int(lengths.sum().item())
+        return rows, sum(completion_length(row, eos_ids) for row in new.tolist())
     if pad_id is not None:
         return rows, int((new != pad_id).sum().item())
-    return rows, rows * width
+    return rows, int(new.numel())
 
 
 def _wrap_generate(model: Any, telemetry: Telemetry, on_call: Callable[[], None]) -> None:
@@ -530,7 +530,7 @@ def seams_for(trainer: Any) -> tuple[Seam, ...]:
 # ------------------------------------------------------------------------------------ entry points
 def _missing(seam: Seam, reason: str) -> dict[str, Any]:
     return {"seam": seam.name, "phase": seam.phase, "counters": list(seam.counters), "target": seam.target,
-            "reason": reason}
+            "interface": seam.interface, "reason": reason}
 
 
 def _record(state: _SeamState, missing: list[dict[str, Any]]) -> dict[str, Any]:
@@ -543,7 +543,8 @@ def instrument_trl_trainer(trainer: Any, telemetry: Telemetry) -> dict[str, Any]
 
     Call after the trainer is built and before ``trainer.train()``; calling twice is harmless. Returns (and
     stores as ``telemetry.seams``) ``{"trainer", "attached": [seam names], "missing": [{"seam", "phase",
-    "counters", "target", "reason"}]}``. After training, :func:`seam_record` gives the checked record.
+    "counters", "target", "interface", "reason"}]}``. After training, :func:`seam_record` gives the checked
+    record.
     Generated tokens and completions are added to ``telemetry.counters`` by the ``generate`` wrapper (rule:
     :func:`count_generated_tokens`).
     """
