@@ -36,8 +36,11 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
                                        # (cuda-reserved, nvml-*: the allocator keeps its cache, so the figure
                                        # includes memory held since earlier phases), "sampled peak (reset per
                                        # phase)" (cpu-rss)
-    "networks": {NET: {"params": int, "trainable_params": int, "weight_bytes": int,
-                       "grad_bytes": int, "optimizer_bytes": int}}   # NET: actor, critic, reward, reference
+    "networks": {NET: {"params": int, "trainable_params": int, "weight_bytes": int, "buffer_bytes": int,
+                       "grad_bytes": int, "grad_materialized": bool,      # False: some grads counted from shapes
+                       "optimizer_bytes": int,
+                       "optimizer_state_materialized": bool,  # False with 0 bytes: no step yet, size unknown
+                       "shared_params": int}}  # NET: actor, critic, reward, reference (bench.telemetry.accounting)
   },
   "throughput": {
     "wall_s": float,                   # the whole worker, load + train + eval
@@ -64,8 +67,17 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   },
   "generation": null | {str: value},   # the decoding settings of the evaluation (GenerationConfig fields)
   "curves": [{"step": int, METRIC: float, ...}],        # stable metric names, see METRIC_NAMES
-  "metrics": {str: float | int | str},                  # method-specific scalars (e.g. reward-model pair acc)
-  "settings": {str: value},                             # method-specific settings ("what differs" table)
+  "metrics": {str: float | int | str,                   # method-specific scalars (e.g. reward-model pair acc)
+              "lengths": LENGTHS},                      # TRL trainers with a max_length: SFT warm start, DPO,
+                                                        # reward model (bench.lengths.LengthBudget)
+  "settings": {str: value,                              # method-specific settings ("what differs" table)
+               "precision": {NET: {"storage": "float32" | "bfloat16",          # dtype the weights are kept in
+                                   "compute": "bfloat16 autocast" | "float32" | "bfloat16",
+                                   "optimizer_state": "float32" | null}},      # null: frozen (bench.precision)
+               "generation": {GenerationConfig field: value}},  # sampling settings (online methods, pool)
+                                                        # LENGTHS = {"max_length": int (tokens), "examples": int,
+                                                        #   "truncated": int, "dropped": int, "longest": int
+                                                        #   (tokens), "cap": int | null, "unit": "examples" | "pairs"}
   "environment": {...},                                 # see bench.telemetry.environment
   "spec": {...}                                         # the fully resolved spec
 }

@@ -368,3 +368,225 @@ def test_underflowed_p_value_prints_as_a_bound_not_zero() -> None:
     assert p_value_text(0.0) == "< 1e-300"
     assert p_value_text(0.0581) == "0.0581"
     assert p_value_text(2.35e-57) == "2.35e-57"
+
+
+# --- precision per network, lengths, generation settings, throughput basis, across seeds (issue 7, 8) ------
+BF16_POLICY = {
+    "actor": {"storage": "float32", "compute": "bfloat16 autocast", "optimizer_state": "float32"},
+    "critic": {"storage": "float32", "compute": "bfloat16 autocast", "optimizer_state": "float32"},
+    "reward": {"storage": "bfloat16", "compute": "bfloat16", "optimizer_state": None},
+    "reference": {"storage": "bfloat16", "compute": "bfloat16", "optimizer_state": None},
+}
+SAMPLING = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0,
+            "min_new_tokens": 0, "max_new_tokens": 16, "num_beams": 1, "pad_token_id": 0, "eos_token_id": [1]}
+
+
+def _md_rows(md: str, section: str) -> list[list[str]]:
+    """The cells of the first table under '## {section}' in summary.md (header row included)."""
+    body = md.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in body.splitlines()
+            if line.startswith("| ")]
+
+
+def _detail_suite(root: Path) -> Path:
+    """PPO in bf16 with all four networks, GRPO (TRL) without a recorded policy, DPO with lengths, a stage."""
+    suite = root / "detail"
+    ppo = make_result("ppo-s0", "ppo", "PPO (suite engine)", engine="suite",
+                      networks=("actor", "critic", "reward", "reference"),
+                      settings={"learning_rate": 1e-5, "precision": BF16_POLICY, "generation": SAMPLING,
+                                "optim": {"betas": [0.9, 0.999], "eps": 1e-8}})
+    ppo["throughput"].update({"setup_s": 12.25, "recipe_s": 113.0,
+                              "timing": "first on_train_begin to last on_train_end"})
+    grpo = make_result("grpo-s0", "grpo", "GRPO (TRL)", settings={"learning_rate": 1e-5, "generation": SAMPLING})
+    grpo["memory"]["networks"]["actor"]["optimizer_bytes"] = 0
+    grpo["memory"]["networks"]["actor"]["optimizer_state_materialized"] = False  # counted before the first step
+    dpo = make_result("dpo-s0", "dpo", "DPO (TRL)", settings={"learning_rate": 1e-6, "max_length": 300})
+    dpo["metrics"] = {"lengths": {"max_length": 300, "examples": 120, "truncated": 6, "dropped": 0, "longest": 350,
+                                  "cap": None, "unit": "pairs"}}
+    dpo["throughput"].update({"setup_s": None, "timing": "whole recipe (no on_train_begin fired)"})
+    warm = make_result("warm_start", "warm_start", "Warm start (SFT)", kind="stage")
+    warm["metrics"] = {"train_loss": 0.5, "lengths": {"max_length": 280, "examples": 400, "truncated": 0,
+                                                      "dropped": 0, "longest": 270, "cap": 32768, "unit": "examples"}}
+    for res in (warm, grpo, ppo, dpo):
+        write_json_atomic(suite / "runs" / res["run_id"] / "result.json", res)
+    write_json_atomic(suite / "suite.json", {"preset": "cpu-tiny", "description": "", "spec": {},
+                                             "runs": ["warm_start", "grpo-s0", "ppo-s0", "dpo-s0"]})
+    build_report(suite)
+    return suite
+
+
+@pytest.fixture(scope="module")
+def detail(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _detail_suite(tmp_path_factory.mktemp("detail"))
+
+
+def test_networks_table_names_each_role_with_its_precision_and_bytes(detail: Path) -> None:
+    rows = _md_rows((detail / "summary.md").read_text(encoding="utf-8"), "Networks resident while training")
+    assert rows[0][:6] == ["method", "network", "params", "storage dtype", "compute", "optimizer state dtype"]
+    assert all("MiB, accounting" in h for h in rows[0][6:])  # every byte column names its unit and source
+    ppo = {r[1]: r for r in rows if r[0] == "PPO (suite engine)"}
+    assert list(ppo) == ["actor", "critic", "reward", "reference", "all (sum)"]
+    # make_result: 40 MiB weights each; trained roles add 40 MiB grads and 80 MiB optimizer state.
+    assert ppo["actor"][2:] == ["1,000", "float32", "bfloat16 autocast", "float32", "40.00", "40.00", "80.00", "160.00"]
+    assert ppo["reference"][2:] == ["1,000", "bfloat16", "bfloat16", "none (frozen)", "40.00", "0.00", "0.00", "40.00"]
+    assert ppo["all (sum)"][6:] == ["160.00", "80.00", "160.00", "400.00"]  # 4x40, 2x40, 2x80; 160+80+160
+    grpo = {r[1]: r for r in rows if r[0] == "GRPO (TRL)"}
+    assert grpo["actor"][3:6] == ["not recorded"] * 3  # no policy in its settings: said, not guessed
+    # An optimizer that had not stepped is not measured, not 0 MiB, and the totals that need it are unknown.
+    assert grpo["actor"][8] == "not measured (no optimizer step yet)" and grpo["actor"][9] == "—"
+    assert grpo["all (sum)"][8:] == ["—", "—"]
+    page = (detail / "index.html").read_text(encoding="utf-8")
+    assert "Networks resident while training" in page and "bfloat16 autocast" in page
+    assert "not measured (no optimizer step yet)" in page
+
+
+def test_headline_static_memory_is_labelled_and_unknown_when_a_part_is(detail: Path) -> None:
+    rows = {r[0]: r for r in _md_rows((detail / "summary.md").read_text(encoding="utf-8"), "Results per method")}
+    column = rows["method"].index("static memory: weights + grads + optimizer (accounting)")
+    assert rows["PPO (suite engine)"][column] == "400.00 MiB (accounting; actor, critic, reward, reference)"
+    assert rows["GRPO (TRL)"][column] == "not measured"
+
+
+def test_lengths_table_and_no_nested_dict_printed_as_json(detail: Path) -> None:
+    md = (detail / "summary.md").read_text(encoding="utf-8")
+    rows = _md_rows(md, "Max lengths and truncation")
+    assert rows[0] == ["stage / method", "max_length (tokens)", "examples", "truncated", "dropped",
+                       "longest (tokens)", "cap: model context (tokens)"]
+    assert rows[1] == ["Warm start (SFT)", "280", "400 examples", "0", "0", "270", "32,768"]
+    assert rows[2] == ["DPO (TRL)", "300", "120 pairs", "6 (5.0%)", "0", "350", "—"]  # 6 / 120 = 5%
+    assert "> **Warning:** DPO (TRL): 6 truncated of 120 pairs at max_length 300 tokens." in md
+    stages = _md_rows(md, "Shared stages")
+    assert stages[1][-1] == "train_loss=0.5"  # the lengths dict has its own table, not a JSON cell here
+    page = (detail / "index.html").read_text(encoding="utf-8")
+    for blob in ('"max_length"', "&#34;max_length&#34;", '"storage"', "&#34;storage&#34;", "&#34;temperature&#34;"):
+        assert blob not in page.split('<h3 id="spec">')[0], blob  # only the resolved spec may hold JSON
+
+
+def test_what_differs_has_no_json_blobs(detail: Path) -> None:
+    from bench.report.tables import what_differs
+
+    header, rows = what_differs(load_suite(detail))
+    assert header == ["setting", "GRPO (TRL)", "PPO (suite engine)", "DPO (TRL)"]
+    keys = [r[0] for r in rows]
+    assert "precision" not in keys and "generation" not in keys  # tables of their own
+    by_key = {r[0]: r[1:] for r in rows}
+    assert by_key["optim.betas"] == ["—", "0.9, 0.999", "—"] and by_key["optim.eps"] == ["—", "1e-08", "—"]
+    for row in rows:
+        for cell in row:
+            assert not cell.startswith(("{", "[")), (row[0], cell)
+
+
+def test_generation_settings_shown_once_and_flagged_when_methods_differ(detail: Path, tmp_path: Path) -> None:
+    md = (detail / "summary.md").read_text(encoding="utf-8")
+    rows = _md_rows(md, "Generation settings")
+    # Matched: one sampling column for both online methods, then the evaluation (none recorded here).
+    assert rows[0] == ["setting", "sampling: GRPO (TRL), PPO (suite engine)"]
+    assert ["temperature", "1"] in rows and ["max new tokens", "16"] in rows
+    assert "Generation settings differ" not in md
+    assert "DPO (TRL): no sampling settings recorded" in md
+
+    suite = tmp_path / "unmatched"
+    hot = make_result("grpo-s0", "grpo", "GRPO (TRL)", settings={"generation": {**SAMPLING, "temperature": 0.7}})
+    cold = make_result("ppo-s0", "ppo", "PPO", settings={"generation": SAMPLING})
+    cold["generation"] = {**SAMPLING, "do_sample": False}  # the evaluation's greedy decoding
+    for res in (hot, cold):
+        write_json_atomic(suite / "runs" / res["run_id"] / "result.json", res)
+    build_report(suite)
+    md = (suite / "summary.md").read_text(encoding="utf-8")
+    rows = {r[0]: r[1:] for r in _md_rows(md, "Generation settings")}
+    assert rows["setting"] == ["sampling: GRPO (TRL)", "sampling: PPO", "evaluation (greedy)"]
+    assert rows["temperature"] == ["0.7", "1", "not used (greedy)"]
+    assert "> **Warning:** Generation settings differ: GRPO (TRL) vs PPO sampled with different settings" in md
+    assert "Generation settings differ" in (suite / "index.html").read_text(encoding="utf-8")
+
+
+def test_throughput_table_shows_setup_and_the_timing_basis(detail: Path) -> None:
+    md = (detail / "summary.md").read_text(encoding="utf-8")
+    rows = {r[0]: r for r in _md_rows(md, "Throughput and time")}
+    header = rows["run"]
+    assert header[1:4] == ["steps", "setup (s)", "train (s)"]
+    assert rows["PPO (suite engine)"][2:4] == ["12.25", "100.00"]
+    assert rows["DPO (TRL)"][2] == "in train (timed whole)"  # no on_train_begin: set-up is inside train_s
+    section = md.split("## Throughput and time", 1)[1].split("\n## ", 1)[0]
+    assert "Timing basis of train (s): first on_train_begin to last on_train_end" in section
+    assert "Timed differently: DPO (TRL): whole recipe (no on_train_begin fired)." in section
+    assert "Timing basis not recorded (a result written before it was): GRPO (TRL), Warm start (SFT)." in section
+    csv_rows = {r["run_id"]: r for r in _csv(detail)}
+    assert float(csv_rows["ppo-s0"]["setup_s"]) == 12.25 and csv_rows["dpo-s0"]["setup_s"] == ""
+    assert csv_rows["ppo-s0"]["timing"] == "first on_train_begin to last on_train_end"
+
+
+def _seeds_suite(root: Path) -> Path:
+    """GRPO with two ok seeds, PPO with two ok seeds on different memory sources plus a failed one, DPO once."""
+    suite = root / "seeds"
+    runs = [
+        make_result("grpo-s0", "grpo", "GRPO", seed=0, after=24, peak_mib=500.0),
+        make_result("grpo-s1", "grpo", "GRPO", seed=1, after=20, peak_mib=600.0),
+        make_result("ppo-s0", "ppo", "PPO", seed=0, after=18, source="cuda-allocated", peak_mib=900.0),
+        make_result("ppo-s1", "ppo", "PPO", seed=1, after=22, peak_mib=800.0),
+        make_result("ppo-s2", "ppo", "PPO", seed=2, status="failed", peak_mib=None,
+                    error={"type": "RuntimeError", "message": "boom"}),
+        make_result("dpo-s0", "dpo", "DPO", seed=0, after=30),
+    ]
+    runs[1]["throughput"]["step_s_median"] = 10.5  # grpo-s0 keeps make_result's 9.5
+    for res in runs:
+        write_json_atomic(suite / "runs" / res["run_id"] / "result.json", res)
+    build_report(suite)
+    return suite
+
+
+def test_across_seeds_aggregates_by_hand(tmp_path: Path) -> None:
+    from bench.report.seeds import seed_stats
+
+    suite = _seeds_suite(tmp_path)
+    stats = seed_stats(load_suite(suite)).set_index("label")
+    grpo, ppo, dpo = stats.loc["GRPO"], stats.loc["PPO"], stats.loc["DPO"]
+    # GRPO: accuracy 24/40 = 0.60 and 20/40 = 0.50 -> mean 0.55, sd sqrt((0.05^2 + 0.05^2) / 1) = 0.0707.
+    assert (grpo["seeds"], grpo["seed_list"]) == (2, [0, 1])
+    assert grpo["accuracy_after_mean"] == pytest.approx(0.55)
+    assert grpo["accuracy_after_sd"] == pytest.approx(0.05 * 2**0.5)
+    assert (grpo["accuracy_after_min"], grpo["accuracy_after_max"]) == (pytest.approx(0.5), pytest.approx(0.6))
+    # s/step 9.5 and 10.5 -> mean 10.0, sd 0.7071; peak 500 and 600 MiB -> mean 550 MiB, sd 70.71 MiB.
+    assert grpo["step_s_median_mean"] == pytest.approx(10.0) and grpo["step_s_median_sd"] == pytest.approx(0.5**0.5)
+    assert grpo["peak_memory_bytes_mean"] == pytest.approx(550 * MIB)
+    assert grpo["peak_memory_bytes_sd"] == pytest.approx(50 * 2**0.5 * MIB)
+    assert grpo["memory_source"] == "cpu-rss"
+    # PPO: the failed seed 2 is left out: 18/40 and 22/40 -> mean 0.5. Its two peaks are from different
+    # sources (cuda-allocated 900 MiB, cpu-rss 800 MiB), so they are not averaged.
+    assert (ppo["seeds"], ppo["seed_list"]) == (2, [0, 1])
+    assert ppo["accuracy_after_mean"] == pytest.approx(0.5)
+    assert ppo["memory_source"] == "mixed" and pd_isna(ppo["peak_memory_bytes_mean"])
+    # DPO: one seed, so no spread (NA, not 0).
+    assert dpo["seeds"] == 1 and dpo["accuracy_after_mean"] == pytest.approx(0.75) and pd_isna(dpo["accuracy_after_sd"])
+
+    md = (suite / "summary.md").read_text(encoding="utf-8")
+    rows = {r[0]: r[1:] for r in _md_rows(md, "Across seeds")}
+    assert rows["GRPO"] == ["2 (seed 0, 1)", "55.0% ± 7.1 pp (50.0%–60.0%)", "10.0 s ± 0.707 s (9.50 s–10.5 s)",
+                            "550.0 MiB ± 70.7 MiB (500.0 MiB–600.0 MiB) [cpu-rss]"]
+    assert rows["PPO"][0] == "2 (seed 0, 1)" and rows["PPO"][3].startswith("not averaged")
+    assert rows["DPO"] == ["1 (seed 0)", "75.0%", "9.50 s", "500.0 MiB [cpu-rss]"]
+    assert "Across seeds" in (suite / "index.html").read_text(encoding="utf-8")
+
+
+def test_across_seeds_only_when_a_method_has_several_ok_seeds(built: Path, detail: Path) -> None:
+    for suite in (built, detail):
+        assert "Across seeds" not in (suite / "summary.md").read_text(encoding="utf-8")
+        assert 'id="seeds"' not in (suite / "index.html").read_text(encoding="utf-8")
+
+
+def test_results_frame_is_typed_and_matches_the_csv(built: Path) -> None:
+    from bench.report import results_frame
+
+    frame = results_frame(load_suite(built))
+    assert list(frame.columns) == CSV_COLUMNS and len(frame) == 5
+    assert str(frame["seed"].dtype) == "Int64" and str(frame["peak_memory_bytes"].dtype) == "Int64"
+    assert str(frame["accuracy_after"].dtype) == "Float64"
+    dpo = frame.set_index("run_id").loc["dpo-s0"]
+    assert pd_isna(dpo["accuracy_after"]) and pd_isna(dpo["peak_memory_bytes"])  # not measured: NA, never 0
+    assert [r["run_id"] for r in _csv(built)] == list(frame["run_id"])
+
+
+def pd_isna(value: Any) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(value))

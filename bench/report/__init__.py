@@ -10,12 +10,12 @@ from pathlib import Path
 
 from bench.report.figures import build_figures
 from bench.report.html import write_html
-from bench.report.load import Suite, load_suite
-from bench.report.tables import CSV_COLUMNS, write_csv, write_summary
+from bench.report.load import CSV_COLUMNS, Suite, load_suite, results_frame
+from bench.report.tables import write_csv, write_summary
 
 FIGURES_DIR = "figures"
 
-__all__ = ["build_report", "load_suite", "Suite", "CSV_COLUMNS", "FIGURES_DIR"]
+__all__ = ["build_report", "load_suite", "results_frame", "Suite", "CSV_COLUMNS", "FIGURES_DIR"]
 
 
 def build_report(suite_dir: Path) -> Path:

@@ -19,6 +19,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from bench.report import fmt
 from bench.report import phases as phase_times
@@ -157,7 +158,10 @@ def _draw_static(ax: Any, runs: list[Run], names: dict[str, str]) -> bool:
 def _draw_measured(ax: Any, runs: list[Run], names: dict[str, str], source: str) -> bool:
     """Grouped bars: peak per phase and whole-run peak for one source. Unmeasured readings are labelled."""
     data = {r.run_id: _measured(r, source) for r in runs}
-    phases = list(dict.fromkeys(p for d in data.values() for p in d))
+    found = {p for d in data.values() for p in d}
+    # Suite phase order, then any other phase, then the whole-run peak last, whichever run recorded them first.
+    phases = [p for p in PHASES if p in found] + sorted(found - set(PHASES) - {"whole run"})
+    phases += ["whole run"] if "whole run" in found else []
     values = [v for d in data.values() for v in d.values() if v is not None]
     if not values:
         return False
@@ -309,6 +313,7 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
                 ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 else None,
                         label=names[run.run_id])
         ax.set_xlabel("optimizer step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 1.5 ticks
         ax.set_ylabel(CURVE_LABELS.get(metric, metric))
         ax.set_title(metric)
         ax.grid(alpha=0.3)

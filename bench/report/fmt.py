@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from bench.report.load import Run
 from bench.stats import wilson_interval
+
+if TYPE_CHECKING:  # load.py imports this module to build its DataFrame; the type is all fmt needs from it
+    from bench.report.load import Run
 
 MISSING = "—"
 NOT_MEASURED = "not measured"
@@ -104,6 +107,19 @@ def throughput(run: Run, key: str) -> float | None:
     return num(run.result.get("throughput", {}).get(key))
 
 
+NO_GENERATION = "n/a (offline)"
+
+
+def generation_rate_text(run: Run, key: str, digits: int = 2) -> str:
+    """A generation rate (completions/s, tokens/s) as text; for a run that generated nothing while training
+    (DPO, the SFT and reward-model stages: they train on fixed data) :data:`NO_GENERATION`, so that the dash
+    keeps meaning "not measured"."""
+    value = throughput(run, key)
+    if value is None and run.status == "ok" and num(run.result.get("throughput", {}).get("completions")) == 0:
+        return NO_GENERATION
+    return float_text(value, digits)
+
+
 def training_change(run: Run, key: str) -> Any:
     """``result["training_change"][key]`` (None when the run recorded no comparison)."""
     block = run.result.get("training_change")
@@ -171,3 +187,66 @@ def value_text(value: Any) -> str:
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, sort_keys=True, default=str)
     return str(value)
+
+
+def mib_number(value: Any, digits: int = 2) -> str:
+    """Bytes as a bare MiB number for a column whose header carries the unit ('0.25', '1,884.12'), or the dash."""
+    b = num(value)
+    return MISSING if b is None else f"{b / MIB:,.{digits}f}"
+
+
+def int_text(value: Any) -> str:
+    """An integer count with thousands separators ('66,176'), or the dash when not recorded."""
+    v = num(value)
+    return MISSING if v is None else f"{int(v):,}"
+
+
+def cell_text(value: Any) -> str:
+    """A scalar or a list of scalars as table text: lists as 'a, b, c' rather than JSON brackets."""
+    if isinstance(value, (list, tuple)) and all(not isinstance(v, (dict, list, tuple)) for v in value):
+        return ", ".join(value_text(v) for v in value) if value else MISSING
+    return value_text(value)
+
+
+def flat_items(data: dict[str, Any], skip: tuple[str, ...] = (), prefix: str = "") -> list[tuple[str, Any]]:
+    """``data`` as (dotted key, value) pairs with nested dicts opened up, so no table prints a JSON blob.
+
+    Keys in ``skip`` (top level only) are left out: they have a table of their own (settings' ``precision``
+    and ``generation``, metrics' ``lengths``). Lists stay values (see :func:`cell_text`).
+    """
+    out: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if not prefix and key in skip:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out += flat_items(value, prefix=f"{name}.")
+        else:
+            out.append((name, value))
+    return out
+
+
+def first_per_label(runs: list[Run], has: Any) -> list[Run]:
+    """One run per label (seeds of a method share settings and networks): the first ok run for which
+    ``has(run)`` is true, else the first run for which it is; labels with no such run are left out."""
+    chosen: dict[str, Run] = {}
+    for run in sorted(runs, key=lambda r: r.status != "ok"):  # stable: keeps suite order within each group
+        if run.label not in chosen and has(run):
+            chosen[run.label] = run
+    order = list(dict.fromkeys(r.label for r in runs))
+    return [chosen[label] for label in order if label in chosen]
+
+
+@dataclass
+class Table:
+    """A formatted table shared by summary.md and index.html: cells are final text (units in the header)."""
+
+    header: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    """Shown under the table: how the numbers were obtained."""
+    warnings: list[str] = field(default_factory=list)
+    """Shown under the table, highlighted: something the reader must not miss (lost data, unmatched settings)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)

@@ -7,6 +7,7 @@ including ``<script>``; autoescaping makes every interpolated value text, never 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,41 +44,59 @@ figcaption { font-size: .85rem; color: #555; }
 .sample { border: 1px solid #e3e3e3; padding: .5rem; margin: .5rem 0; }
 .ok { color: #1e6b34; } .wrong { color: #8a1f11; }
 .warning { background: #fff4e0; border-left: 4px solid #d9822b; padding: .4rem .6rem; margin: .4rem 0; }
+.scroll { overflow-x: auto; max-width: 100%; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; } td.na { text-align: center; color: #888; }
+td:first-child { white-space: nowrap; }
+nav.toc { font-size: .9rem; margin: .8rem 0; line-height: 1.8; }
+ul.notes { font-size: .85rem; color: #444; margin-top: .2rem; }
 </style>
 </head>
 <body>
+{% macro cell(c) -%}
+<td{% if c is numeric %} class="num"{% elif c == missing %} class="na"{% endif %}>{{ c|keep_together }}</td>
+{%- endmacro %}
+{% macro table_section(title, key, t, level=2, align=true) %}
+{% if t %}
+<h{{ level }} id="{{ key }}">{{ title }}</h{{ level }}>
+<p class="meta">{{ intros[key] }}</p>
+<div class="scroll"><table>
+<tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in t.rows %}<tr>{% for c in row %}
+{%- if align %}{{ cell(c) }}{% else %}<td>{{ c }}</td>{% endif %}{% endfor %}</tr>{% endfor %}
+</table></div>
+{% for w in t.warnings %}<p class="warning"><strong>Warning:</strong> {{ w }}</p>{% endfor %}
+{% if t.notes %}<ul class="notes">{% for n in t.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+{% endif %}
+{% endmacro %}
 <h1>Benchmark report: {{ suite.preset }}</h1>
 <p class="meta">{{ suite.description }}{% if suite.created_at %} · created {{ suite.created_at }}{% endif %}
  · folder <code>{{ suite.suite_dir.name }}</code></p>
 {% if suite.problems %}<ul class="problems">{% for p in suite.problems %}<li>{{ p }}</li>{% endfor %}</ul>{% endif %}
+<nav class="toc">{% for id, title in toc %}<a href="#{{ id }}">{{ title }}</a>
+{%- if not loop.last %} · {% endif %}{% endfor %}</nav>
 
-<h2>Results per method</h2>
+<h2 id="results">Results per method</h2>
+<p class="meta">One row per run. How each number was obtained (memory sources, scoring modes):
+<a href="#notes">Notes on sources</a>.</p>
 {% if headline %}
-<table>
+<div class="scroll"><table>
 <tr>{% for h in headline_columns %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in headline %}
 <tr class="{{ 'failed' if row.status == 'failed' else ('notrun' if row.status == 'not_run' else '') }}">
-{% for c in row.cells %}<td>{{ c }}</td>{% endfor %}</tr>
+{% for c in row.cells %}{{ cell(c) }}{% endfor %}</tr>
 {% if row.error %}<tr><td class="error" colspan="{{ headline_columns|length }}">{{ row.error }}</td></tr>{% endif %}
 {% endfor %}
-</table>
+</table></div>
 {% for w in weight_warnings %}<p class="warning"><strong>Warning:</strong> {{ w }}</p>{% endfor %}
 {% else %}<p>No method runs were planned or found.</p>{% endif %}
 
-{% if differs_rows %}
-<h2>What differs between methods</h2>
-<p class="meta">Per-method settings recorded by each run; settings that differ come first.</p>
-<table>
-<tr>{% for h in differs_header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in differs_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
-</table>
-{% endif %}
+{{ table_section("Across seeds", "seeds", detail.seeds, 2, false) }}
 
 {% if paired %}
-<h2>Paired tests (strict accuracy, same questions)</h2>
+<h2 id="paired">Paired tests (strict accuracy, same questions)</h2>
 <p class="meta">Exact McNemar test on the questions where exactly one method is right; the difference A − B
 with a 95% paired-bootstrap interval (2000 resamples). Runs are paired within a seed.</p>
-<table>
+<div class="scroll"><table>
 <tr><th>A</th><th>B</th><th>questions</th><th>A only right</th><th>B only right</th><th>McNemar p</th>
 <th>A − B (95% CI)</th></tr>
 {% for t in paired %}
@@ -85,40 +104,57 @@ with a 95% paired-bootstrap interval (2000 resamples). Runs are paired within a 
 <td>{{ p_value_text(t.p_value) }}</td>
 <td>{{ '%+.1f'|format(100 * t.diff) }} pp [{{ '%+.1f'|format(100 * t.diff_low) }}, {{ '%+.1f'|format(100 * t.diff_high) }}]</td></tr>
 {% endfor %}
-</table>
+</table></div>
+{% endif %}
+
+{% if differs_rows %}
+<h2 id="differs">What differs between methods</h2>
+<p class="meta">Per-method settings recorded by each run; settings that differ come first. Precision per network
+is under <a href="#networks">Networks resident while training</a>, decoding under
+<a href="#generation">Generation settings</a>.</p>
+<div class="scroll"><table>
+<tr>{% for h in differs_header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in differs_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
+</table></div>
+{% endif %}
+
+{{ table_section("Networks resident while training", "networks", detail.networks) }}
+
+{{ table_section("Throughput and time", "throughput", detail.throughput) }}
+
+{% if phase_rows %}
+<h2 id="phases">Time per phase</h2>
+<p class="meta">Exclusive seconds per phase (bench.telemetry). "not instrumented": the phase was not measured, not zero.</p>
+<div class="scroll"><table>
+<tr>{% for h in phase_header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in phase_rows %}<tr>{% for c in row %}{{ cell(c) }}{% endfor %}</tr>{% endfor %}
+</table></div>
+{% if phase_notes %}<ul>{% for n in phase_notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% endif %}
 
 {% if stages %}
-<h2>Shared stages</h2>
-<table>
+<h2 id="stages">Shared stages</h2>
+<div class="scroll"><table>
 <tr><th>stage</th><th>status</th><th>accuracy after (strict)</th><th>wall time</th><th>metrics</th></tr>
 {% for s in stages %}
 <tr><td>{{ s.stage }}</td><td>{{ s.status }}</td><td>{{ s.accuracy }}</td><td>{{ s.wall }}</td>
 <td>{% for k, v in s.metrics %}{{ k }} = {{ v }}{% if not loop.last %}<br>{% endif %}{% else %}—{% endfor %}</td></tr>
 {% if s.error %}<tr><td class="error" colspan="5">{{ s.error }}</td></tr>{% endif %}
 {% endfor %}
-</table>
+</table></div>
 {% endif %}
 
-{% if phase_rows %}
-<h2>Time per phase</h2>
-<p class="meta">Exclusive seconds per phase (bench.telemetry). "not instrumented": the phase was not measured, not zero.</p>
-<table>
-<tr>{% for h in phase_header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in phase_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
-</table>
-{% if phase_notes %}<ul>{% for n in phase_notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
-{% endif %}
+{{ table_section("Max lengths and truncation", "lengths", detail.lengths) }}
 
 {% if figures %}
-<h2>Figures</h2>
+<h2 id="figures">Figures</h2>
 {% for f in figures %}
 <figure><img src="figures/{{ f.name }}" alt="{{ f.caption }}"><figcaption>{{ f.caption }}</figcaption></figure>
 {% endfor %}
 {% endif %}
 
 {% if samples %}
-<h2>Sample completions</h2>
+<h2 id="samples">Sample completions</h2>
 {% for name, items in samples %}
 <h3>{{ name }}</h3>
 {% for s in items %}
@@ -132,30 +168,78 @@ with a 95% paired-bootstrap interval (2000 resamples). Runs are paired within a 
 {% endfor %}
 {% endif %}
 
-<h2>Notes on sources</h2>
+<h2 id="notes">Notes on sources</h2>
 <ul>{% for n in notes %}<li>{{ n }}</li>{% endfor %}</ul>
 
-<h2>Environment</h2>
+<h2 id="settings">Settings and environment</h2>
+{{ table_section("Generation settings", "generation", detail.generation, 3, false) }}
+
+<h3 id="environment">Environment</h3>
 {% if environment %}
 <p class="meta">As recorded by run <code>{{ environment_run }}</code>.</p>
-<table>{% for k, v in environment %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>{% endfor %}</table>
+<div class="scroll"><table>
+{% for k, v in environment %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>{% endfor %}
+</table></div>
 {% else %}<p>No run recorded its environment.</p>{% endif %}
 
-<h2>Resolved spec</h2>
-{% if spec %}<pre>{{ spec }}</pre>{% else %}<p>No spec recorded.</p>{% endif %}
+<h3 id="spec">Resolved spec</h3>
+{% if spec %}<details><summary>The full resolved spec (JSON), as the suite ran it</summary>
+<pre>{{ spec }}</pre></details>
+{% else %}<p>No spec recorded.</p>{% endif %}
 </body>
 </html>
 """
 
 
+NUMERIC = re.compile(r"^[-+−]?[\d,]*\.?\d+(e-?\d+)?( ?(s|%|MiB|GiB|pp))?( †)?$")
+"""A cell that is one number (with an optional unit): right-aligned so digits line up down a column."""
+KEEP_TOGETHER = ((re.compile(r"(\d%) \["), "\\1\u00a0["), (re.compile(r"(\d)–(\d)"), "\\1\u2060–\u2060\\2"))
+"""'25.0% [14.9–38.8]' must not wrap inside itself: a no-break space before the bracket, word joiners around
+the en dash (a browser may otherwise break after it). The cell can still wrap at ' → '."""
+
+
+def _is_numeric(text: Any) -> bool:
+    return isinstance(text, str) and bool(NUMERIC.match(text))
+
+
+def _keep_together(text: Any) -> str:
+    out = str(text)
+    for pattern, repl in KEEP_TOGETHER:
+        out = pattern.sub(repl, out)
+    return out
+
+
+def _env_value(key: str, value: Any) -> str:
+    """An environment value as text: byte counts in GiB with the exact count, an empty list as 'none'."""
+    if key.endswith("_bytes") and fmt.num(value) is not None:
+        return f"{value / fmt.GIB:,.1f} GiB ({int(value):,} bytes)"
+    if isinstance(value, (list, tuple)) and not value:
+        return "none"
+    return fmt.cell_text(value)
+
+
 def _environment(suite: Suite) -> tuple[str | None, list[tuple[str, str]]]:
-    """The environment of the first ok run (else any run) that recorded one."""
+    """The environment of the first ok run (else any run) that recorded one; nested values (``packages``)
+    opened up into dotted keys, so no cell is a JSON blob."""
     candidates = sorted(suite.runs, key=lambda r: r.status != "ok")
     for run in candidates:
         env = run.result.get("environment")
         if isinstance(env, dict) and env:
-            return run.run_id, [(str(k), fmt.value_text(v)) for k, v in env.items()]
+            return run.run_id, [(str(k), _env_value(str(k), v)) for k, v in fmt.flat_items(env)]
     return None, []
+
+
+def _toc(detail: dict[str, fmt.Table], figures: list[FigureInfo], has: dict[str, bool]) -> list[tuple[str, str]]:
+    """(anchor, title) of the sections this page has, in page order: a reader jumps instead of scrolling."""
+    sections = [("results", "Results", True), ("seeds", "Across seeds", bool(detail["seeds"])),
+                ("paired", "Paired tests", has["paired"]), ("differs", "What differs", has["differs"]),
+                ("networks", "Networks", bool(detail["networks"])),
+                ("throughput", "Throughput and time", bool(detail["throughput"])),
+                ("phases", "Time per phase", has["phases"]), ("stages", "Shared stages", has["stages"]),
+                ("lengths", "Max lengths", bool(detail["lengths"])), ("figures", "Figures", bool(figures)),
+                ("samples", "Samples", has["samples"]), ("notes", "Notes on sources", True),
+                ("settings", "Settings and environment", True)]
+    return [(anchor, title) for anchor, title, present in sections if present]
 
 
 def _samples(suite: Suite) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -176,25 +260,35 @@ def _samples(suite: Suite) -> list[tuple[str, list[dict[str, Any]]]]:
 def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
     """The page as a string (autoescaped)."""
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["keep_together"] = _keep_together
+    env.tests["numeric"] = _is_numeric
     template = env.from_string(TEMPLATE)
     differs_header, differs_rows = tables.what_differs(suite)
+    detail = tables.detail_tables(suite)
     phase_header, phase_rows = phase_times.phase_table(suite)
     env_run, environment = _environment(suite)
+    paired, stages, samples = tables.paired_tests(suite), tables.stage_rows(suite), _samples(suite)
+    has = {"paired": bool(paired), "differs": bool(differs_rows), "phases": bool(phase_rows), "stages": bool(stages),
+           "samples": bool(samples)}
     return template.render(
         suite=suite,
+        toc=_toc(detail, figures, has),
+        missing=fmt.MISSING,
         headline_columns=tables.HEADLINE_COLUMNS,
         headline=tables.headline_rows(suite),
         weight_warnings=tables.weight_change_warnings(suite),
+        detail=detail,
+        intros=tables.INTROS,
         differs_header=differs_header,
         differs_rows=differs_rows,
-        paired=tables.paired_tests(suite),
+        paired=paired,
         p_value_text=fmt.p_value_text,
-        stages=tables.stage_rows(suite),
+        stages=stages,
         phase_header=phase_header,
         phase_rows=phase_rows,
         phase_notes=[n.replace("`", "") for n in phase_times.phase_notes(suite)],  # Markdown marks
         figures=figures,
-        samples=_samples(suite),
+        samples=samples,
         notes=[n.replace("`", "").replace("*", "") for n in tables.notes(suite)],  # Markdown marks
         environment=environment,
         environment_run=env_run,

@@ -1,8 +1,12 @@
-"""Read a suite folder (suite.json + runs/*/result.json) into plain records for the report.
+"""Read a suite folder (suite.json + runs/*/result.json) into records, and the method runs into one DataFrame.
 
 Tolerant by design: the report is most useful exactly when something went wrong, so a missing
 ``suite.json``, a run without ``result.json`` or a corrupt one never stops the build. Such runs become
 ``not_run`` records with a note saying why ("not run yet", "result.json unreadable").
+
+:func:`results_frame` flattens every method run into one row of raw numbers (fractions, bytes, seconds; a
+value that was not measured is NA, never 0). results.csv is that frame written out, and the across-seeds
+aggregate groups it, so the CSV and the page are computed from the same cells.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from bench.report import fmt
 from bench.results import RESULT_FILE, SCHEMA_VERSION, empty_result
 
 SUITE_FILE = "suite.json"
@@ -201,3 +208,97 @@ def _load_verdicts(run_dir: Path, result: dict[str, Any], problems: list[str]) -
     if bad:
         problems.append(f"{run_dir.name}: {bad} unreadable line(s) in {name} skipped")
     return [rows[i] for i in sorted(rows)]
+
+
+# --- one DataFrame of method runs (results.csv, the across-seeds table) ----------------------------------
+CSV_COLUMNS = [
+    # The first twelve are a stable contract (scripts read them by position too); add new ones at the end.
+    "method", "seed", "status",
+    "accuracy_before", "accuracy_after", "accuracy_after_low", "accuracy_after_high",
+    "peak_memory_bytes", "memory_source",
+    "completions_per_s", "tokens_per_s", "wall_s",
+    "label", "engine", "run_id",
+    "accuracy_before_low", "accuracy_before_high",
+    "accuracy_before_flexible", "accuracy_after_flexible",
+    "accuracy_after_flexible_low", "accuracy_after_flexible_high",
+    "n_questions", "baseline_memory_bytes",
+    "train_s", "steps", "step_s_median", "step_s_p90", "trained_tokens_per_s",
+    "error",
+    "setup_s", "params_changed_fraction", "update_to_weight_ratio",
+    "recipe_s", "timing",
+]
+INT_COLUMNS = ("seed", "peak_memory_bytes", "n_questions", "baseline_memory_bytes", "steps")
+"""Counts and bytes: nullable integers (pandas ``Int64``), so a missing seed is an empty cell, not ``0.0``."""
+TEXT_COLUMNS = ("method", "status", "memory_source", "label", "engine", "run_id", "error", "timing")
+"""Everything else is a measurement: nullable floats (``Float64``)."""
+
+
+def csv_row(run: Run) -> dict[str, Any]:
+    """One method run as raw values keyed by :data:`CSV_COLUMNS`; None marks a value that was not measured."""
+    res = run.result
+    strict_b, strict_a = fmt.score(run, "before", "strict"), fmt.score(run, "after", "strict")
+    flex_b, flex_a = fmt.score(run, "before", "flexible"), fmt.score(run, "after", "flexible")
+    memory = res.get("memory", {})
+    timing = res.get("throughput", {}).get("timing")
+
+    def part(s: dict[str, Any] | None, key: str) -> float | None:
+        return None if s is None else s.get(key)
+
+    return {
+        "method": res.get("method") or run.run_id,
+        "seed": res.get("seed"),
+        "status": run.status,
+        "accuracy_before": part(strict_b, "accuracy"),
+        "accuracy_after": part(strict_a, "accuracy"),
+        "accuracy_after_low": part(strict_a, "low"),
+        "accuracy_after_high": part(strict_a, "high"),
+        "peak_memory_bytes": fmt.num(memory.get("peak_bytes")),
+        # The source is only meaningful beside a reading; without one the cell stays empty.
+        "memory_source": memory.get("source") if fmt.num(memory.get("peak_bytes")) is not None else None,
+        "completions_per_s": fmt.throughput(run, "completions_per_s"),
+        "tokens_per_s": fmt.throughput(run, "tokens_per_s"),
+        "wall_s": fmt.throughput(run, "wall_s"),
+        "label": run.label,
+        "engine": res.get("engine") or None,
+        "run_id": run.run_id,
+        "accuracy_before_low": part(strict_b, "low"),
+        "accuracy_before_high": part(strict_b, "high"),
+        "accuracy_before_flexible": part(flex_b, "accuracy"),
+        "accuracy_after_flexible": part(flex_a, "accuracy"),
+        "accuracy_after_flexible_low": part(flex_a, "low"),
+        "accuracy_after_flexible_high": part(flex_a, "high"),
+        "n_questions": fmt.num(res.get("accuracy", {}).get("n_questions")) or None,
+        "baseline_memory_bytes": fmt.num(memory.get("baseline_bytes")),
+        "train_s": fmt.throughput(run, "train_s"),
+        "steps": fmt.throughput(run, "steps"),
+        "step_s_median": fmt.throughput(run, "step_s_median"),
+        "step_s_p90": fmt.throughput(run, "step_s_p90"),
+        "trained_tokens_per_s": fmt.throughput(run, "trained_tokens_per_s"),
+        "error": fmt.error_text(run) or run.note or None,
+        "setup_s": fmt.throughput(run, "setup_s"),
+        "params_changed_fraction": fmt.changed_fraction(run),
+        "update_to_weight_ratio": fmt.num(fmt.training_change(run, "update_to_weight_ratio")),
+        "recipe_s": fmt.throughput(run, "recipe_s"),
+        "timing": timing if isinstance(timing, str) and timing else None,
+    }
+
+
+def _column(name: str, values: list[Any]) -> pd.Series:
+    """One typed column: text as ``object`` (None stays None), counts as ``Int64``, measurements as ``Float64``."""
+    if name in TEXT_COLUMNS:
+        return pd.Series(values, dtype=object, name=name)
+    if name in INT_COLUMNS:
+        try:
+            return pd.Series(pd.array(values, dtype="Int64"), name=name)
+        except (TypeError, ValueError):  # a fractional value where a count was expected: keep it, as a float
+            pass
+    return pd.Series(pd.array([float(v) if v is not None else None for v in values], dtype="Float64"), name=name)
+
+
+def results_frame(suite: Suite) -> pd.DataFrame:
+    """One row per method run (suite order), columns :data:`CSV_COLUMNS`; NA where nothing was measured.
+
+    Stages are left out: they are not comparable rows (the page shows them in their own tables).
+    """
+    rows = [csv_row(run) for run in suite.methods]
+    return pd.DataFrame({name: _column(name, [row[name] for row in rows]) for name in CSV_COLUMNS})

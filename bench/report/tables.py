@@ -6,101 +6,37 @@
 
 from __future__ import annotations
 
-import csv
 import itertools
 from pathlib import Path
 from typing import Any
 
 from bench import stats
-from bench.report import fmt
+from bench.report import fmt, networks, seeds, settings, throughput
 from bench.report import phases as phase_times
-from bench.report.load import Run, Suite
-
-CSV_COLUMNS = [
-    # The first twelve are a stable contract (scripts read them by position too); add new ones at the end.
-    "method", "seed", "status",
-    "accuracy_before", "accuracy_after", "accuracy_after_low", "accuracy_after_high",
-    "peak_memory_bytes", "memory_source",
-    "completions_per_s", "tokens_per_s", "wall_s",
-    "label", "engine", "run_id",
-    "accuracy_before_low", "accuracy_before_high",
-    "accuracy_before_flexible", "accuracy_after_flexible",
-    "accuracy_after_flexible_low", "accuracy_after_flexible_high",
-    "n_questions", "baseline_memory_bytes",
-    "train_s", "steps", "step_s_median", "step_s_p90", "trained_tokens_per_s",
-    "error",
-    "setup_s", "params_changed_fraction", "update_to_weight_ratio",
-]
+from bench.report.load import Suite, results_frame
 
 LOW_CHANGE = 0.5
 """A method run whose training changed less than this share of its trained weights is flagged: most of its
 updates were lost (e.g. rounded away in bfloat16 weights) or never applied."""
 
 
-def csv_row(run: Run) -> dict[str, Any]:
-    """One results.csv row; None marks an unmeasured value (written as an empty cell)."""
-    res = run.result
-    strict_b, strict_a = fmt.score(run, "before", "strict"), fmt.score(run, "after", "strict")
-    flex_b, flex_a = fmt.score(run, "before", "flexible"), fmt.score(run, "after", "flexible")
-    memory = res.get("memory", {})
-
-    def part(s: dict[str, Any] | None, key: str) -> float | None:
-        return None if s is None else s.get(key)
-
-    return {
-        "method": res.get("method") or run.run_id,
-        "seed": res.get("seed"),
-        "status": run.status,
-        "accuracy_before": part(strict_b, "accuracy"),
-        "accuracy_after": part(strict_a, "accuracy"),
-        "accuracy_after_low": part(strict_a, "low"),
-        "accuracy_after_high": part(strict_a, "high"),
-        "peak_memory_bytes": fmt.num(memory.get("peak_bytes")),
-        # The source is only meaningful beside a reading; without one the cell stays empty.
-        "memory_source": memory.get("source") if fmt.num(memory.get("peak_bytes")) is not None else None,
-        "completions_per_s": fmt.throughput(run, "completions_per_s"),
-        "tokens_per_s": fmt.throughput(run, "tokens_per_s"),
-        "wall_s": fmt.throughput(run, "wall_s"),
-        "label": run.label,
-        "engine": res.get("engine") or None,
-        "run_id": run.run_id,
-        "accuracy_before_low": part(strict_b, "low"),
-        "accuracy_before_high": part(strict_b, "high"),
-        "accuracy_before_flexible": part(flex_b, "accuracy"),
-        "accuracy_after_flexible": part(flex_a, "accuracy"),
-        "accuracy_after_flexible_low": part(flex_a, "low"),
-        "accuracy_after_flexible_high": part(flex_a, "high"),
-        "n_questions": fmt.num(res.get("accuracy", {}).get("n_questions")) or None,
-        "baseline_memory_bytes": fmt.num(memory.get("baseline_bytes")),
-        "train_s": fmt.throughput(run, "train_s"),
-        "steps": fmt.throughput(run, "steps"),
-        "step_s_median": fmt.throughput(run, "step_s_median"),
-        "step_s_p90": fmt.throughput(run, "step_s_p90"),
-        "trained_tokens_per_s": fmt.throughput(run, "trained_tokens_per_s"),
-        "error": fmt.error_text(run) or run.note or None,
-        "setup_s": fmt.throughput(run, "setup_s"),
-        "params_changed_fraction": fmt.changed_fraction(run),
-        "update_to_weight_ratio": fmt.num(fmt.training_change(run, "update_to_weight_ratio")),
-    }
-
-
 def write_csv(suite: Suite, path: Path) -> Path:
-    """Write results.csv: one row per method run (stages are on the page, not in the CSV)."""
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        for run in suite.methods:
-            row = csv_row(run)
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    """Write results.csv: the results frame, one row per method run (stages are on the page, not in the CSV).
+
+    A value that was not measured is an empty cell, never 0.
+    """
+    results_frame(suite).to_csv(path, index=False, na_rep="", lineterminator="\n")
     return path
 
 
 # --- rows shared by summary.md and index.html ------------------------------------------------------------
 HEADLINE_COLUMNS = [
     "method", "seed", "status", "accuracy strict (before → after, 95% CI)",
-    "accuracy flexible (before → after, 95% CI)", "peak memory (source)", "completions/s", "tokens/s", "wall time",
+    "accuracy flexible (before → after, 95% CI)", "peak memory (source)",
+    "static memory: weights + grads + optimizer (accounting)", "completions/s", "median s/step",
     "trained weights changed",
 ]
+"""Generated tokens/s, set-up, train and wall seconds are in the throughput table (bench.report.throughput)."""
 
 
 def headline_rows(suite: Suite) -> list[dict[str, Any]]:
@@ -116,9 +52,9 @@ def headline_rows(suite: Suite) -> list[dict[str, Any]]:
                 fmt.before_after_text(run, "strict"),
                 fmt.before_after_text(run, "flexible"),
                 fmt.peak_memory_text(run),
-                fmt.float_text(fmt.throughput(run, "completions_per_s")),
-                fmt.float_text(fmt.throughput(run, "tokens_per_s"), 1),
-                fmt.float_text(fmt.throughput(run, "wall_s"), 1, " s"),
+                networks.static_total_text(run),
+                fmt.generation_rate_text(run, "completions_per_s"),
+                fmt.float_text(fmt.throughput(run, "step_s_median"), 3, " s"),
                 fmt.pct(fmt.changed_fraction(run)),
             ],
             "status": run.status,
@@ -148,23 +84,25 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
 
     Seeds of one method share their settings, so columns are labels, taken from the first run that recorded
     any. Keys whose value is the same for every method are kept (they are what the preset declared) but sorted
-    after the keys that really differ, so the eye lands on the differences first.
+    after the keys that really differ, so the eye lands on the differences first. ``precision`` and
+    ``generation`` have tables of their own and are left out; any other nested setting is opened up into
+    dotted keys (``optim.betas``), so no cell is a JSON blob.
     """
     per_label: dict[str, dict[str, Any]] = {}
     for run in suite.methods:
-        settings = run.result.get("settings") or {}
-        if run.label not in per_label or (not per_label[run.label] and settings):
-            per_label[run.label] = settings
+        recorded = dict(fmt.flat_items(run.result.get("settings") or {}, skip=settings.OWN_TABLE_SETTINGS))
+        if run.label not in per_label or (not per_label[run.label] and recorded):
+            per_label[run.label] = recorded
     labels = [lbl for lbl, s in per_label.items() if s]
     if not labels:
         return [], []
     keys = list(dict.fromkeys(k for lbl in labels for k in per_label[lbl]))
 
     def differs(key: str) -> bool:
-        return len({fmt.value_text(per_label[lbl].get(key)) for lbl in labels}) > 1
+        return len({fmt.cell_text(per_label[lbl].get(key)) for lbl in labels}) > 1
 
     keys.sort(key=lambda k: not differs(k))  # stable: keeps recorded order within each group
-    rows = [[key] + [fmt.value_text(per_label[lbl].get(key)) for lbl in labels] for key in keys]
+    rows = [[key] + [fmt.cell_text(per_label[lbl].get(key)) for lbl in labels] for key in keys]
     return ["setting", *labels], rows
 
 
@@ -198,7 +136,10 @@ def paired_tests(suite: Suite) -> list[dict[str, Any]]:
 
 
 def stage_rows(suite: Suite) -> list[dict[str, Any]]:
-    """Shared stages: status, strict accuracy after (the warm start's), wall time and their metrics."""
+    """Shared stages: status, strict accuracy after (the warm start's), wall time and their metrics.
+
+    ``metrics["lengths"]`` is left out (the max-lengths table shows it); other nested metrics are opened up.
+    """
     rows = []
     for run in suite.stages:
         metrics = run.result.get("metrics") or {}
@@ -208,7 +149,7 @@ def stage_rows(suite: Suite) -> list[dict[str, Any]]:
             "status": fmt.status_text(run),
             "accuracy": fmt.score_text(fmt.score(run, "after", "strict")),
             "wall": fmt.float_text(fmt.throughput(run, "wall_s"), 1, " s"),
-            "metrics": [(k, fmt.value_text(v)) for k, v in metrics.items()],
+            "metrics": [(k, fmt.cell_text(v)) for k, v in fmt.flat_items(metrics, skip=settings.OWN_TABLE_METRICS)],
             "error": fmt.error_text(run),
         })
     return rows
@@ -247,10 +188,8 @@ def notes(suite: Suite) -> list[str]:
     out = [
         "Accuracy: greedy decoding on the held-out split; *strict* needs the answer in the expected format "
         "(answer tags or `####`), *flexible* takes the last number. Brackets are 95% Wilson intervals.",
-        "Throughput: completions/s and tokens/s are generated completions and tokens per second of training, "
-        "timed from the first training step (on_train_begin) to its end (on_train_end); model loading and "
-        "trainer set-up (setup_s in results.csv) are left out. A recipe that fires no on_train_begin is timed "
-        "whole (its throughput.timing says so). Wall time is the whole worker (load + train + evaluation).",
+        "Throughput: completions/s and tokens/s are generated completions and tokens per second of training time "
+        "(train_s); the timing basis, set-up and wall time are under 'Throughput and time'.",
         "Trained weights changed: the share of trainable elements (requires_grad; LoRA: the adapters) whose "
         f"stored value differs after training; below {LOW_CHANGE:.0%} the run is flagged.",
         "Memory readings from different sources are not comparable and are never charted together.",
@@ -278,8 +217,42 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+INTROS = {
+    "seeds": "Mean and spread over each method's ok seeds (shown because some method has more than one).",
+    "networks": "Every network a method keeps in memory while it trains, how it is stored and computed, and what "
+                "its weights, gradients and optimizer state cost (static accounting, MiB).",
+    "throughput": "Seconds and rates per run; set-up is shown beside training because the rates leave it out.",
+    "lengths": "The max_length each TRL stage or method trained with (tokens) and what it cost in data.",
+    "generation": "Decoding settings, once for the suite: one column per distinct sampling configuration "
+                  "(matched methods share one), then the greedy evaluation.",
+}
+"""One line under each section title, shared by summary.md and index.html."""
+
+
+def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
+    """The tables built outside this module, by section key (see :data:`INTROS`); empty ones included."""
+    return {
+        "seeds": seeds.across_seeds(suite),
+        "networks": networks.network_table(suite),
+        "throughput": throughput.throughput_table(suite),
+        "lengths": settings.length_table(suite),
+        "generation": settings.generation_table(suite),
+    }
+
+
+def _md_section(title: str, key: str, table: fmt.Table) -> list[str]:
+    """A titled Markdown table with its intro, warnings and notes; nothing when the table is empty."""
+    if not table:
+        return []
+    lines = [f"## {title}", "", INTROS[key], "", _md_table(table.header, table.rows), ""]
+    lines += [f"> **Warning:** {_md_cell(w)}" for w in table.warnings] + ([""] if table.warnings else [])
+    lines += [f"- {_md_cell(n)}" for n in table.notes] + ([""] if table.notes else [])
+    return lines
+
+
 def summary_markdown(suite: Suite) -> str:
-    """The summary.md text: headline table, what differs, paired tests, stages and notes on sources."""
+    """The summary.md text, in the page's order: results, across seeds, paired tests, what differs, networks,
+    throughput, phases, stages, max lengths, generation settings and notes on sources."""
     parts = [f"# Benchmark summary: {suite.preset}", ""]
     if suite.description:
         parts += [suite.description, ""]
@@ -295,9 +268,8 @@ def summary_markdown(suite: Suite) -> str:
         parts += [f"> **Warning:** {_md_cell(w)}" for w in warnings] + ([""] if warnings else [])
     else:
         parts += ["No method runs were planned or found.", ""]
-    header, rows = what_differs(suite)
-    if rows:
-        parts += ["## What differs between methods", "", _md_table(header, rows), ""]
+    detail = detail_tables(suite)
+    parts += _md_section("Across seeds", "seeds", detail["seeds"])
     tests = paired_tests(suite)
     if tests:
         parts += ["## Paired tests (strict accuracy, same questions)", "",
@@ -307,13 +279,20 @@ def summary_markdown(suite: Suite) -> str:
                               fmt.p_value_text(t["p_value"]),
                               f"{100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}]"]
                              for t in tests]), ""]
+    header, rows = what_differs(suite)
+    if rows:
+        parts += ["## What differs between methods", "", _md_table(header, rows), ""]
+    parts += _md_section("Networks resident while training", "networks", detail["networks"])
+    parts += _md_section("Throughput and time", "throughput", detail["throughput"])
+    parts += _phase_section(suite)
     stages = stage_rows(suite)
     if stages:
         parts += ["## Shared stages", "",
                   _md_table(["stage", "status", "accuracy after (strict)", "wall time", "metrics"],
                             [[s["stage"], s["status"], s["accuracy"], s["wall"],
                               "; ".join(f"{k}={v}" for k, v in s["metrics"]) or fmt.MISSING] for s in stages]), ""]
-    parts += _phase_section(suite)
+    parts += _md_section("Max lengths and truncation", "lengths", detail["lengths"])
+    parts += _md_section("Generation settings", "generation", detail["generation"])
     parts += ["## Notes on sources", ""] + [f"- {n}" for n in notes(suite)] + [""]
     return "\n".join(parts)
 

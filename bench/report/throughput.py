@@ -1,0 +1,74 @@
+"""Throughput and time per run: set-up beside training, and the window every rate was divided by.
+
+``throughput.train_s`` is the denominator of every rate, and what it covers depends on the recipe
+(``throughput.timing``): for TRL trainers and the suite's engine it is "first on_train_begin to last
+on_train_end", so model loading and trainer set-up (``setup_s``) are left out; a stage that fires no
+on_train_begin (the sample pool) is timed whole. Showing setup_s next to train_s, and the timing basis in the
+table's note, keeps a reader from comparing a rate over training alone with one over a whole recipe.
+"""
+
+from __future__ import annotations
+
+from bench.report import fmt
+from bench.report.load import Run, Suite
+
+HEADER = ["run", "steps", "setup (s)", "train (s)", "median s/step", "p90 s/step", "completions/s",
+          "generated tokens/s", "trained tokens/s", "wall (s)"]
+DEFAULT_TIMING = "first on_train_begin to last on_train_end"
+
+
+def _runs(suite: Suite) -> list[Run]:
+    """Method runs, then stages, that recorded a training time (a run that never trained has no row)."""
+    return [r for r in suite.methods + suite.stages if fmt.throughput(r, "train_s") is not None]
+
+
+def _timing(run: Run) -> str | None:
+    value = run.result.get("throughput", {}).get("timing")
+    return value if isinstance(value, str) and value else None
+
+
+def _cell(run: Run, key: str, digits: int = 2) -> str:
+    return fmt.float_text(fmt.throughput(run, key), digits)
+
+
+def _row(name: str, run: Run) -> list[str]:
+    """Units are in the header; a rate the run could not have (DPO generates nothing) is the dash."""
+    setup = _cell(run, "setup_s")
+    if setup == fmt.MISSING and _timing(run) not in (None, DEFAULT_TIMING):
+        setup = "in train (timed whole)"
+    steps = fmt.throughput(run, "steps")
+    # Step times are per optimizer step: a run that took none (the sample pool) has no such time to show.
+    median, p90 = ((fmt.MISSING, fmt.MISSING) if steps == 0
+                   else (_cell(run, "step_s_median", 3), _cell(run, "step_s_p90", 3)))
+    return [name, fmt.int_text(steps), setup, _cell(run, "train_s"), median, p90,
+            fmt.generation_rate_text(run, "completions_per_s"), fmt.generation_rate_text(run, "tokens_per_s", 1),
+            _cell(run, "trained_tokens_per_s", 1), _cell(run, "wall_s", 1)]
+
+
+def throughput_table(suite: Suite) -> fmt.Table:
+    """One row per run that trained: steps, set-up and training seconds, step times, rates and wall time.
+
+    The notes state the timing basis: the one most runs share, then each run timed differently by name.
+    """
+    runs = _runs(suite)
+    if not runs:
+        return fmt.Table([], [])
+    names = fmt.display_names(runs)
+    rows = [_row(names[r.run_id], r) for r in runs]
+    recorded = [t for t in (_timing(r) for r in runs) if t]
+    # The most common basis; on a tie the usual one (on_train_begin to on_train_end), then the first seen.
+    basis = max(dict.fromkeys(recorded), key=lambda t: (recorded.count(t), t == DEFAULT_TIMING), default=None)
+    notes = [f"Timing basis of train (s): {basis or 'not recorded'}; every rate (completions, generated and "
+             f"trained tokens per second) divides by it. Setup (s) is the recipe's start to the first "
+             f"on_train_begin (model loading, trainer set-up), left out of the rates. Wall (s) is the whole "
+             f"worker: load, set-up, training and evaluation. Step times are per optimizer step."]
+    if any(fmt.NO_GENERATION in row for row in rows):
+        notes.append(f"{fmt.NO_GENERATION}: the run trained on fixed data and generated nothing while training, "
+                     f"so it has no generation rate (not a missing measurement).")
+    different = [f"{names[r.run_id]}: {_timing(r)}" for r in runs if _timing(r) not in (None, basis)]
+    if different:
+        notes.append("Timed differently: " + "; ".join(different) + ".")
+    unknown = [names[r.run_id] for r in runs if _timing(r) is None]
+    if unknown and basis:
+        notes.append("Timing basis not recorded (a result written before it was): " + ", ".join(unknown) + ".")
+    return fmt.Table(list(HEADER), rows, notes)
