@@ -154,9 +154,10 @@ def ppo_step(engine: Engine, cfg: Config, step: int) -> dict[str, float]:
         values = engine.values(batch, rows)
         vf_loss, vf_stats = M.clipped_value_loss(values, old_values[rows], returns[rows], cfg.cliprange_value)
         policy, value = (pg_loss * weights).sum(), (vf_loss * weights).sum()
-        stats = {"loss": policy, "value_loss": value, "entropy": (entropy * weights).sum(),
+        loss = policy + cfg.vf_coef * value
+        stats = {"loss": loss, "policy_loss": policy, "value_loss": value, "entropy": (entropy * weights).sum(),
                  **{name: (v * weights).sum() for name, v in {**pg_stats, **vf_stats}.items()}}
-        return policy + cfg.vf_coef * value, stats
+        return loss, stats
 
     with tel.phase("update"):
         logs.update(engine.optimise(batch, loss_fn, cfg.loss_aggregation))

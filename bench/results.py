@@ -147,8 +147,9 @@ METRIC_NAMES: dict[str, Metric] = {
                          "the loss", "squared reward units"),
     "vf_clipfrac": Metric("share of tokens where the clipped value error was the larger", _SHARE),
     # -- the update ------------------------------------------------------------------------------------------
-    "loss": Metric("training loss the optimizer step minimised (suite PPO: the policy term only; its value "
-                   "term is value_loss)", "the method's loss units"),
+    "loss": Metric("training loss the optimizer step minimised (suite PPO: policy_loss + vf_coef x value_loss)",
+                   "the method's loss units"),
+    "policy_loss": Metric("suite PPO: the clipped policy-gradient term of the loss", "the method's loss units"),
     "entropy": Metric("mean entropy of the policy's next-token distribution over completion tokens",
                       "nats per token"),
     "clipfrac": Metric("share of tokens where PPO's clipped surrogate was active", _SHARE),
