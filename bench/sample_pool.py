@@ -2,6 +2,12 @@
 
 DPO trains on (correct, incorrect) pairs from it and the PPO reward model is trained on the same pairs,
 so the two offline consumers see exactly the same data (DESIGN.md §4).
+
+``sample_pool.pairs: gold`` is for systems runs on random weights, where no sampled completion is ever
+correct and the verifier pairs would be empty: each pool line then also carries the gold worked solution
+(rendered as the warm start's target, ``bench.tasks.format_target``) and :func:`preference_pairs` pairs it,
+as chosen, with a sampled incorrect completion, as rejected. The lines say which mode wrote them
+(``"pairs"``), so the consumers (DPO, the reward model) need no setting of their own.
 """
 
 from __future__ import annotations
@@ -15,11 +21,14 @@ import torch
 from bench.context import RunContext, TrainOutcome
 from bench.generation import completion_length, eos_token_ids, generate, sampling_settings
 from bench.models import load_causal_lm, load_tokenizer
+from bench.tasks import format_target
 from bench.verifier import is_correct
 
 LABEL = "Sample pool (verifier-labelled)"
 ENGINE = "suite"
 POOL_FILE = "pool.jsonl"
+VERIFIER_PAIRS = "verifier"
+GOLD_PAIRS = "gold"
 
 
 def sample(model: Any, tokenizer: Any, prompts: list[str], n: int,
@@ -42,23 +51,48 @@ def sample(model: Any, tokenizer: Any, prompts: list[str], n: int,
 
 
 def read_pool(path: Path) -> list[dict[str, Any]]:
-    """Pool entries: {'prompt', 'answer', 'question', 'completions': [str], 'correct': [bool]}."""
+    """Pool entries: {'prompt', 'answer', 'question', 'completions': [str], 'correct': [bool], 'pairs': mode},
+    plus 'gold_completion' (the worked solution as a completion) when mode is 'gold'. Lines written before the
+    mode was recorded have no 'pairs' key and are read as verifier lines."""
     with open(path, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def preference_pairs(pool: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """One (prompt, chosen = a correct completion, rejected = an incorrect one) pair per mixed prompt.
+def pool_entry(row: dict[str, Any], completions: list[str], correct: list[bool], pairs: str) -> dict[str, Any]:
+    """One pool line for a training ``row`` (``bench.tasks.to_rows`` keys) and its labelled completions.
 
-    Prompts whose completions are all right or all wrong give no preference and are skipped.
+    ``pairs`` is the spec's ``sample_pool.pairs``; in gold mode the line also stores the gold worked solution
+    as the completion the warm start would learn (``format_target(row["solution"])``).
     """
-    pairs = []
-    for entry in pool:
-        right = [c for c, ok in zip(entry["completions"], entry["correct"]) if ok]
-        wrong = [c for c, ok in zip(entry["completions"], entry["correct"]) if not ok]
-        if right and wrong:
-            pairs.append({"prompt": entry["prompt"], "chosen": right[0], "rejected": wrong[0]})
-    return pairs
+    entry = {"prompt": row["prompt"], "answer": row["answer"], "question": row["question"],
+             "completions": completions, "correct": correct, "pairs": pairs}
+    if pairs == GOLD_PAIRS:
+        entry["gold_completion"] = format_target(row["solution"])
+    return entry
+
+
+def entry_pair(entry: dict[str, Any]) -> dict[str, str] | None:
+    """The (prompt, chosen, rejected) pair of one pool line, or None when it gives no preference.
+
+    verifier lines: chosen = the first correct sampled completion, rejected = the first incorrect one; a
+    prompt whose completions are all right or all wrong gives none. gold lines: chosen = the gold worked
+    solution, rejected = the first incorrect sampled completion; none when every sample is correct (the gold
+    solution is then no better than a sample).
+    """
+    right = [c for c, ok in zip(entry["completions"], entry["correct"]) if ok]
+    wrong = [c for c, ok in zip(entry["completions"], entry["correct"]) if not ok]
+    if not wrong:
+        return None
+    if entry.get("pairs", VERIFIER_PAIRS) == GOLD_PAIRS:
+        return {"prompt": entry["prompt"], "chosen": entry["gold_completion"], "rejected": wrong[0]}
+    if not right:
+        return None
+    return {"prompt": entry["prompt"], "chosen": right[0], "rejected": wrong[0]}
+
+
+def preference_pairs(pool: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """One (prompt, chosen, rejected) pair per pool line that gives a preference (see :func:`entry_pair`)."""
+    return [pair for pair in map(entry_pair, pool) if pair is not None]
 
 
 def train(ctx: RunContext) -> TrainOutcome:
@@ -70,7 +104,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     path = ctx.run_dir / POOL_FILE
     n = pool_spec.samples_per_prompt
     settings = sampling_settings(spec, tokenizer, eos_token_ids(policy, tokenizer), greedy=False)
-    counts = {"completions": 0, "correct": 0, "mixed": 0, "all_right": 0, "all_wrong": 0, "tokens": 0}
+    counts = {"completions": 0, "correct": 0, "mixed": 0, "all_right": 0, "all_wrong": 0, "tokens": 0, "pairs": 0}
     with open(path, "w", encoding="utf-8") as handle:
         for start in range(0, len(rows), pool_spec.batch_size):
             batch = rows[start:start + pool_spec.batch_size]
@@ -80,9 +114,9 @@ def train(ctx: RunContext) -> TrainOutcome:
             with ctx.telemetry.phase("reward"):
                 for row, texts in zip(batch, completions):
                     correct = [is_correct(t, row["answer"], "strict") for t in texts]
-                    handle.write(json.dumps({"prompt": row["prompt"], "answer": row["answer"],
-                                             "question": row["question"], "completions": texts,
-                                             "correct": correct}) + "\n")
+                    entry = pool_entry(row, texts, correct, pool_spec.pairs)
+                    handle.write(json.dumps(entry) + "\n")
+                    counts["pairs"] += entry_pair(entry) is not None
                     counts["completions"] += n
                     counts["correct"] += sum(correct)
                     counts["mixed"] += 0 < sum(correct) < n
@@ -96,9 +130,9 @@ def train(ctx: RunContext) -> TrainOutcome:
     return TrainOutcome(
         policy=policy, tokenizer=tokenizer, networks={"actor": policy},
         steps=0, completions=counts["completions"], generated_tokens=counts["tokens"],
-        settings={"prompts": len(rows), "samples_per_prompt": n, "generation": settings},
+        settings={"prompts": len(rows), "samples_per_prompt": n, "pairs": pool_spec.pairs, "generation": settings},
         metrics={"pool_accuracy": counts["correct"] / max(counts["completions"], 1),
-                 "pairs": counts["mixed"], "mixed_prompt_share": counts["mixed"] / prompts,
+                 "pairs": counts["pairs"], "mixed_prompt_share": counts["mixed"] / prompts,
                  "all_right_share": counts["all_right"] / prompts, "all_wrong_share": counts["all_wrong"] / prompts},
         save_dir=path,
     )

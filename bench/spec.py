@@ -211,6 +211,10 @@ class SamplePoolSpec:
     """Completions per prompt."""
     batch_size: int = 256
     """Prompts per generate call."""
+    pairs: Literal["verifier", "gold"] = "verifier"
+    """How the preference pairs (DPO, reward model) are formed. verifier: (correct, incorrect) sampled
+    completions; gold: the gold worked solution as chosen and a sampled completion as rejected — for systems
+    runs on random weights, where nothing is correct."""
 
 
 @dataclass
@@ -237,6 +241,9 @@ class EvalSpec:
     """Completion budget for evaluation."""
     samples_in_report: int = 5
     """Completions kept for the report page."""
+    enabled: bool = True
+    """Evaluate the warm start and every method; false for systems runs: random weights have no accuracy to
+    report; the report shows 'not evaluated'."""
 
 
 @dataclass
@@ -533,6 +540,8 @@ def validate(spec: Spec) -> None:
          f"'task.train_size' ({spec.task.train_size}) must be at least 'train.prompts_per_step' ({t.prompts_per_step})")
     need(spec.sample_pool.samples_per_prompt >= 2,
          f"'sample_pool.samples_per_prompt' must be >= 2 to form (correct, incorrect) pairs, got {spec.sample_pool.samples_per_prompt}")
+    need(spec.sample_pool.prompts >= 1, f"'sample_pool.prompts' must be >= 1, got {spec.sample_pool.prompts}")
+    need(spec.eval.batch_size >= 1, f"'eval.batch_size' must be >= 1, got {spec.eval.batch_size}")
     rm = spec.reward_model
     need(0 < rm.eval_fraction < 1, f"'reward_model.eval_fraction' must be in (0, 1), got {rm.eval_fraction}")
     need(rm.epochs >= 1, f"'reward_model.epochs' must be >= 1, got {rm.epochs}")

@@ -126,7 +126,9 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
         ctx = build_context(job, spec, run_dir, inputs, train_rows, telemetry)
         outcome = train_recipe(job["name"], ctx, telemetry)
         networks = account_networks(outcome.networks, outcome.optimizers)
-        evaluation = evaluate_policy(spec, outcome, test_rows, telemetry) if evaluates(job) else None
+        # eval.enabled false (systems runs on random weights): no accuracy, so result["accuracy"] stays empty.
+        evaluated = evaluates(job) and spec.eval.enabled
+        evaluation = evaluate_policy(spec, outcome, test_rows, telemetry) if evaluated else None
     summary = telemetry.summary()
     count_from_telemetry(outcome, summary.get("counters") or {})
     assemble_training(result, outcome, networks, summary)
