@@ -173,12 +173,17 @@ def architecture_model_dir(spec: Spec, corpus: list[str]) -> Path:
     config keeps the architecture's real vocab_size, so embedding, logits and LM head have their real sizes
     while every token id is far below it. pad/eos/bos are the stand-in tokenizer's. The cache key covers the
     architecture, scale, seed, dtype and a hash of the corpus (another task needs another tokenizer).
+
+    The tokenizer is padded with placeholder tokens ``<|vN|>`` up to the real vocabulary, so that every id a
+    random model samples decodes to one token and re-encodes to one token: text lengths (the sample pool's pairs,
+    DPO and the reward model's sequences, the length penalty) then match the generated token counts, as with the
+    real tokenizer.
     """
     from bench.architectures import STAND_IN_VOCAB, architecture_config, build_random_model
 
     model_spec = spec.model
     corpus_hash = hashlib.sha256("\n".join(corpus).encode()).hexdigest()
-    key = settings_key("architecture-v1", model_spec.architecture, vars(model_spec.scale), spec.seeds[0],
+    key = settings_key("architecture-v2", model_spec.architecture, vars(model_spec.scale), spec.seeds[0],
                        model_spec.dtype, corpus_hash)
     folder = cache_root() / "architectures" / f"{model_spec.architecture}-{key}"
     if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
@@ -188,6 +193,7 @@ def architecture_model_dir(spec: Spec, corpus: list[str]) -> Path:
     if len(tokenizer) > config.vocab_size:
         raise UserError(f"the stand-in tokenizer has {len(tokenizer)} tokens but model.scale.vocab_size is "
                         f"{config.vocab_size}; raise model.scale.vocab_size or set it to null (the real vocabulary)")
+    tokenizer.add_tokens([f"<|v{i}|>" for i in range(len(tokenizer), config.vocab_size)])
     ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id,
            "bos_token_id": tokenizer.eos_token_id}
     for name, value in ids.items():

@@ -184,7 +184,10 @@ def test_initial_model_source_builds_a_loadable_folder_with_the_real_vocab(tmp_p
     config = model.config
     assert config.vocab_size == 151_936 and config.num_hidden_layers == 1
     assert model.get_input_embeddings().weight.shape == (151_936, 56)
-    assert len(tokenizer) <= config.vocab_size
+    # padded with placeholders up to the real vocabulary (AutoTokenizer may add an unused unk token after it)
+    assert tokenizer.convert_tokens_to_ids("<|v151935|>") == config.vocab_size - 1
+    sampled = [5, 2000, 151_935]  # any id a random model samples decodes to one token and re-encodes to it
+    assert tokenizer(tokenizer.decode(sampled[1:]), add_special_tokens=False)["input_ids"] == sampled[1:]
     ids = tokenizer(corpus[:50])["input_ids"]
     assert max(max(row) for row in ids) < config.vocab_size
     assert (config.pad_token_id, config.eos_token_id) == (tokenizer.pad_token_id, tokenizer.eos_token_id)
