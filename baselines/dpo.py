@@ -88,8 +88,8 @@ def train(ctx: RunContext) -> TrainOutcome:
     spec, t, m = ctx.spec, ctx.spec.train, ctx.method_spec
     pairs = preference_pairs(read_pool(ctx.pool_path))
     if not pairs:
-        raise RuntimeError("the sample pool has no prompt with both a correct and an incorrect completion, so DPO "
-                           "has no pairs; raise sample_pool.prompts or sample_pool.samples_per_prompt")
+        raise RuntimeError(f"the sample pool has no pairs for DPO (sample_pool.pairs: {spec.sample_pool.pairs}); "
+                           f"raise sample_pool.prompts or sample_pool.samples_per_prompt")
     policy, tokenizer = load_initial_policy(ctx)
     per_device, accumulation = micro_batching(t.prompts_per_step, t.micro_batch_size)
     args = matched_training_args(spec, ctx, max_steps=t.steps, learning_rate=m.resolved_learning_rate(spec),

@@ -59,12 +59,15 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
     t = spec.train
     lines = [
         f"preset {spec.name}: {spec.description}",
-        f"model: {spec.model.source}" + (f" {spec.model.name_or_path}" if spec.model.name_or_path else ""),
+        f"model: {spec.model.source} {spec.model.architecture or spec.model.name_or_path or ''}".rstrip()
+        + f" ({spec.model.dtype})",
         f"task: {spec.task.source}" + (f" {spec.task.path}" if spec.task.path else "")
         + f"; {spec.task.train_size} train prompts, {spec.task.test_size} test questions",
         f"matched budget: {t.steps} steps x {t.prompts_per_step} prompts x G={t.group_size} = "
         f"{spec.completions_per_step} completions/step, {spec.generation.max_new_tokens} new tokens, "
         f"temperature {spec.generation.temperature}, lr {t.learning_rate}",
+        f"sample pool pairs: {spec.sample_pool.pairs}; evaluation: "
+        + (f"{spec.task.test_size} questions, greedy" if spec.eval.enabled else "off (eval.enabled: false)"),
         f"{len(runs)} runs (stages one at a time, then {spec.parallel_runs} method run(s) at a time"
         + (f", {spec.threads} torch thread(s) each):" if spec.threads else "):"),
     ]

@@ -590,3 +590,12 @@ def pd_isna(value: Any) -> bool:
     import pandas as pd
 
     return bool(pd.isna(value))
+
+
+def test_accuracy_of_a_run_without_evaluation_reads_not_evaluated() -> None:
+    from bench.report.fmt import before_after_text
+    from bench.report.load import Run
+
+    run = Run("ppo-s0", {"status": "ok", "spec": {"eval": {"enabled": False}},
+                         "accuracy": {"before": None, "after": None}})
+    assert before_after_text(run, "strict") == "not evaluated (eval.enabled: false)"

@@ -68,6 +68,9 @@ def score_text(s: dict[str, Any] | None) -> str:
 
 
 def before_after_text(run: Run, mode: str) -> str:
+    """'before → after' accuracy, or 'not evaluated' for a run whose spec switched evaluation off."""
+    if not ((run.result.get("spec") or {}).get("eval") or {}).get("enabled", True):
+        return "not evaluated (eval.enabled: false)"
     return f"{score_text(score(run, 'before', mode))} → {score_text(score(run, 'after', mode))}"
 
 
