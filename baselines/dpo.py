@@ -55,15 +55,14 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 
 
 def validate(spec: Any, cfg: Config, key: str) -> None:
-    """beta > 0, known loss names, a non-negative learning rate."""
-    if cfg.beta <= 0:
-        raise SpecError(f"'{key}.beta' must be > 0, got {cfg.beta}")
+    """A non-negative learning rate, beta > 0, known loss names, micro-batches that split the step evenly."""
+    from bench.spec import RATE, above, check_rules
+
+    check_rules(cfg, {"learning_rate": RATE, "beta": above(0)}, f"{key}.")
     unknown = [name for name in cfg.loss_types() if name not in TRL_LOSS_TYPES]
     if unknown or not cfg.loss_types():
         raise SpecError(f"'{key}.loss_type' has unknown loss {', '.join(unknown) or repr(cfg.loss_type)}; use one of "
                         f"{', '.join(TRL_LOSS_TYPES)} or a comma-separated combination such as sigmoid,sft")
-    if cfg.learning_rate is not None and cfg.learning_rate < 0:
-        raise SpecError(f"'{key}.learning_rate' must be >= 0, got {cfg.learning_rate}")
     check_micro_batching(spec.train.prompts_per_step, spec.train.micro_batch_size, "pairs (train.prompts_per_step)")
 
 

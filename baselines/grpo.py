@@ -56,12 +56,12 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 
 
 def validate(spec: Any, cfg: Config, key: str) -> None:
-    """G >= 2 (TRL's generation batch must divide by G: it does, as prompts x G), beta >= 0."""
+    """beta and learning_rate >= 0 (loss_type is a Literal, checked when the spec is built); G >= 2 (TRL's
+    generation batch must divide by G: it does, as prompts x G); micro-batches that split the step evenly."""
+    from bench.spec import RATE, check_rules
+
+    check_rules(cfg, {"learning_rate": RATE, "beta": RATE}, f"{key}.")
     require_groups(spec, key)
-    if cfg.beta is not None and cfg.beta < 0:
-        raise SpecError(f"'{key}.beta' must be >= 0, got {cfg.beta}")
-    if cfg.learning_rate is not None and cfg.learning_rate < 0:
-        raise SpecError(f"'{key}.learning_rate' must be >= 0, got {cfg.learning_rate}")
     check_micro_batching(spec.completions_per_step, spec.train.micro_batch_size, "completions")
 
 

@@ -66,11 +66,12 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 
 
 def validate(spec: Any, cfg: Config, key: str) -> None:
-    """Engine checks, G >= 2 and beta >= 0."""
+    """Engine checks, beta >= 0 and G >= 2 (loss_type and advantage_std are Literals, checked when built)."""
+    from bench.spec import RATE, check_rules
+
     validate_engine(spec, cfg, key)
+    check_rules(cfg, {"beta": RATE}, f"{key}.")
     require_groups(spec, key)
-    if cfg.beta is not None and cfg.beta < 0:
-        raise SpecError(f"'{key}.beta' must be >= 0, got {cfg.beta}")
 
 
 def describe(spec: Any, cfg: Config) -> dict[str, str]:

@@ -90,17 +90,18 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 
 
 def validate(spec: Any, cfg: Config, key: str) -> None:
-    """Engine checks plus PPO's own ranges."""
+    """Engine checks plus PPO's own ranges (its choices are Literal fields, checked when the spec is built)."""
+    from bench.spec import RATE, SHARE, above, check_rules
+
     validate_engine(spec, cfg, key)
-    for name in ("kl_coef", "critic_learning_rate", "vf_coef"):
-        value = getattr(cfg, name)
-        if value is not None and value < 0:
-            raise SpecError(f"'{key}.{name}' must be >= 0, got {value}")
-    if cfg.cliprange_value <= 0:
-        raise SpecError(f"'{key}.cliprange_value' must be > 0, got {cfg.cliprange_value}")
-    for name in ("gamma", "lam"):
-        if not 0 <= getattr(cfg, name) <= 1:
-            raise SpecError(f"'{key}.{name}' must be in [0, 1], got {getattr(cfg, name)}")
+    check_rules(cfg, {
+        "kl_coef": RATE,
+        "critic_learning_rate": RATE,
+        "vf_coef": RATE,
+        "cliprange_value": above(0),
+        "gamma": SHARE,
+        "lam": SHARE,
+    }, f"{key}.")
 
 
 def critic_learning_rate(spec: Any, cfg: Config) -> float:

@@ -64,17 +64,21 @@ class EngineConfig(MethodConfig):
 
 
 def validate_engine(spec: Any, cfg: EngineConfig, key: str) -> None:
-    """Checks every engine method shares; raises SpecError naming the key and the fix."""
+    """Checks every engine method shares: each EngineConfig field in its range (one rule per field, the same
+    table form as bench.spec.SPEC_RULES), then how they meet the matched budget. Raises SpecError naming the key."""
+    from bench.spec import COUNT, RATE, above, check_rules
+
+    check_rules(cfg, {
+        "learning_rate": RATE,
+        "ppo_epochs": COUNT,
+        "minibatches": COUNT,
+        "cliprange": above(0),
+        "missing_eos_penalty": RATE,
+    }, f"{key}.")
     per_step = spec.completions_per_step
-    if cfg.ppo_epochs < 1:
-        raise SpecError(f"'{key}.ppo_epochs' must be >= 1, got {cfg.ppo_epochs}")
-    if cfg.minibatches < 1 or per_step % cfg.minibatches:
+    if per_step % cfg.minibatches:
         raise SpecError(f"completions per step ({per_step} = train.prompts_per_step x train.group_size) must divide "
                         f"by '{key}.minibatches' ({cfg.minibatches}); choose a divisor")
-    if cfg.cliprange <= 0:
-        raise SpecError(f"'{key}.cliprange' must be > 0, got {cfg.cliprange}")
-    if cfg.learning_rate is not None and cfg.learning_rate < 0:
-        raise SpecError(f"'{key}.learning_rate' must be >= 0, got {cfg.learning_rate}")
     if spec.train.lora.enabled:
         raise SpecError(f"'train.lora.enabled' is not supported by the suite engine yet ({key}); set "
                         f"train.lora.enabled=false or disable it ({key}.enabled=false)")

@@ -3,22 +3,48 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.models import render_prompt
 from bench.spec import Spec
-from bench.tasks import format_target, generate_synthetic, load_gsm8k, synthetic_splits, to_rows
+from bench.tasks import format_target, generate_synthetic, read_gsm8k, synthetic_splits, to_rows
+
+
+@dataclass
+class TaskData:
+    """The task's (train, test) problems as every run sees them, and notes on what loading left out."""
+
+    train: list[dict[str, str]]
+    test: list[dict[str, str]]
+    notes: list[str] = field(default_factory=list)
+    """One line each: rows dropped for a bad gold answer, splits shorter than asked, one file for both splits."""
+
+
+def load_task(spec: Spec) -> TaskData:
+    """Load (or generate) both splits; raises UserError for data that cannot be used (bench.tasks.read_gsm8k)."""
+    task = spec.task
+    if task.source == "synthetic":
+        s = task.synthetic
+        return TaskData(*synthetic_splits(task.train_size, task.test_size, s.seed, s.max_operand, s.max_steps))
+    train = read_gsm8k(str(task.path), "train", limit=None)
+    test = read_gsm8k(str(task.path), "test", limit=task.test_size)
+    notes = [f"{split.source}: dropped {split.dropped} of {split.rows} rows without a usable gold answer "
+             f"(first: {split.first_dropped})" for split in (train, test) if split.dropped]
+    for split, asked, key in ((train, task.train_size, "task.train_size"), (test, task.test_size, "task.test_size")):
+        usable = split.rows - split.dropped
+        if usable < asked:
+            notes.append(f"{split.source}: {usable} usable rows, fewer than {key}={asked}; using {usable}")
+    if train.source == test.source:
+        notes.append(f"{train.source}: one file serves as both the train and the test split, so the test questions "
+                     f"are also trained on; give a folder with train and test files to keep them apart")
+    return TaskData(train.problems[: task.train_size], test.problems, notes)
 
 
 def task_problems(spec: Spec) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """(train, test) problems ({'question', 'answer'}) as the spec describes; deterministic."""
-    task = spec.task
-    if task.source == "synthetic":
-        s = task.synthetic
-        return synthetic_splits(task.train_size, task.test_size, s.seed, s.max_operand, s.max_steps)
-    train = load_gsm8k(str(task.path), "train", limit=None)
-    test = load_gsm8k(str(task.path), "test", limit=task.test_size)
-    return train[: task.train_size], test
+    data = load_task(spec)
+    return data.train, data.test
 
 
 def tokenizer_corpus(spec: Spec) -> list[str]:

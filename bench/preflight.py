@@ -8,11 +8,14 @@ switched off (``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` / ``HF_DATASETS_OFFL
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any, TextIO
 
 from bench.errors import UserError
 from bench.spec import Spec
@@ -28,17 +31,24 @@ _LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 _TRUE = {"1", "true", "yes", "on"}
 
 
-def preflight(spec: Spec, suite_dir: Path) -> None:
+def preflight(spec: Spec, suite_dir: Path, notes: TextIO | None = None) -> list[str]:
     """Raise UserError for the first thing that would make this run fail for a reason the user can fix now.
 
-    Local checks first (device, output folder, model folder), then the hub ones, which may wait up to
-    ``HUB_TIMEOUT_S`` each.
+    Local checks first (device, output folder and its free space, model folder), then the hub ones, which may
+    wait up to ``HUB_TIMEOUT_S`` each, then the task's data, loaded as the workers will load it. Nothing is left
+    in ``suite_dir``: the CLI runs this before the runner creates the suite folder, so a failure here leaves no
+    folder behind. Returns notes on what the data check dropped (also written to ``notes``, default stderr).
     """
     check_device(spec)
     check_output_dir(suite_dir)
+    check_free_space(spec, suite_dir)
     check_model_folder(spec)
     check_hub_model(spec)
     check_hub_dataset(spec)
+    found = check_task_data(spec)
+    for line in found:
+        print(f"bench: note: {line}", file=notes or sys.stderr)
+    return found
 
 
 # ----------------------------------------------------------------------------------------------
@@ -120,6 +130,124 @@ def check_output_dir(suite_dir: Path) -> None:
                 continue
             except OSError:
                 break
+
+
+# ----------------------------------------------------------------------------------------------
+# Free space
+
+
+CHECKPOINT_STAGES = ("warm_start", "reward_model")
+"""Stages that save a model into the suite folder (save_pretrained, float32: 4 bytes per parameter)."""
+BYTES_PER_PARAM = 4
+OUTPUT_MARGIN_BYTES = 100 * 2**20
+"""Results, logs, the sample pool and the report: well under this for every shipped preset."""
+MARGIN_SHARE = 0.1
+"""Added on top of the checkpoints: the estimate is rough (safetensors headers, tokenizer files)."""
+
+
+def check_free_space(spec: Spec, suite_dir: Path) -> None:
+    """The output folder's filesystem has room for what the run writes (`estimate_output_bytes`).
+
+    A full disk hours into a run loses the stage that was writing; here it is one line before anything starts.
+    """
+    need, what = estimate_output_bytes(spec, suite_dir)
+    where = _existing_ancestor(Path(suite_dir).expanduser())
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return  # check_output_dir has already said whether the folder can be written
+    if free < need:
+        raise UserError(f"not enough free space for '{suite_dir}': the run writes about {_size(need)} ({what}) but "
+                        f"its filesystem has {_size(free)} free; free {_size(need - free)} there (e.g. delete old "
+                        f"suite folders under reports/) or pass --out a folder on a larger disk")
+
+
+def estimate_output_bytes(spec: Spec, suite_dir: Path) -> tuple[int, str]:
+    """(bytes, what they are): model checkpoints (parameters x 4 bytes, one per checkpointing stage still to
+    run) plus a margin for results, logs and the report. Unknown parameter counts count as zero."""
+    from bench.plan import make_plan
+
+    planned = {run.run_id for run in make_plan(spec)}
+    stages = [s for s in CHECKPOINT_STAGES if s in planned and not (Path(suite_dir) / "runs" / s / "model").is_dir()]
+    params = estimate_parameters(spec) or 0
+    checkpoints = len(stages) * params * BYTES_PER_PARAM
+    need = int(checkpoints * (1 + MARGIN_SHARE)) + OUTPUT_MARGIN_BYTES
+    each = f"~{_size(params * BYTES_PER_PARAM)}" if params else "unknown size"
+    what = f"{len(stages)} model checkpoint(s) of {each} + {_size(OUTPUT_MARGIN_BYTES)} for results and logs"
+    return need, what
+
+
+def estimate_parameters(spec: Spec) -> int | None:
+    """Parameters of the starting model from its shape fields (no weights loaded); None when unknown."""
+    from bench.architectures import parameter_count, scaled_fields
+
+    model = spec.model
+    if model.source == "tiny":
+        from bench.models import TAG_TOKENS
+
+        t = model.tiny  # vocab_size bounds the trained tokenizer; the tag tokens come on top
+        fields: dict[str, Any] | None = {
+            "model_type": "qwen2", "hidden_size": t.hidden_size, "intermediate_size": t.intermediate_size,
+            "num_hidden_layers": t.num_layers, "num_attention_heads": t.num_heads,
+            "num_key_value_heads": t.num_heads, "vocab_size": t.vocab_size + len(TAG_TOKENS),
+            "tie_word_embeddings": True}
+    elif model.source == "architecture":
+        fields = dict(scaled_fields(str(model.architecture), model.scale))
+    else:
+        fields = _config_fields(str(model.name_or_path))
+    if not fields:
+        return None
+    try:
+        return parameter_count(fields)
+    except (UserError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _config_fields(name: str) -> dict[str, Any] | None:
+    """config.json of a local folder or of a hub id in the local cache (never the network); None if absent."""
+    folder = Path(name).expanduser()
+    path: Path | None = folder / "config.json" if folder.is_dir() else None
+    if path is None:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(name, "config.json")
+        except (ValueError, ImportError):
+            found = None
+        path = Path(found) if isinstance(found, str) else None
+    if path is None or not path.is_file():
+        return _shipped_fields(name)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data.get("text_config"), dict):  # multimodal configs nest the decoder's shape
+        data = data["text_config"]
+    return data if isinstance(data, dict) else None
+
+
+def _shipped_fields(name: str) -> dict[str, Any] | None:
+    """The shape of a hub id the suite ships an architecture for (its JSON names the id it was copied from)."""
+    from bench.architectures import architecture_fields, architecture_names
+
+    for arch in architecture_names():
+        fields = architecture_fields(arch)
+        if str(fields.get("source", "")).split(" ")[0] == name:
+            return fields
+    return None
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 2**10:.1f} KiB"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,3 +356,16 @@ def _hub_problem(repo_id: str, repo_type: str) -> str | None:
     except Exception as exc:  # connection refused, DNS, timeout, proxy, 5xx: all "unreachable" to the user
         return f"could not be reached on the hub within {HUB_TIMEOUT_S:.0f} s ({type(exc).__name__})"
     return None
+
+
+def check_task_data(spec: Spec) -> list[str]:
+    """Load the task's splits as the workers will (bench.data.load_task) and return notes on what was dropped.
+
+    A missing column, a non-UTF-8 file, a malformed JSON line, an empty split or too many rows without a
+    ``#### N`` answer is a one-line UserError naming the file (and line) here, instead of a failed warm start
+    after the suite folder exists. A hub dataset is loaded only once check_hub_dataset has found it cached or
+    reachable.
+    """
+    from bench.data import load_task
+
+    return load_task(spec).notes

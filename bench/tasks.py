@@ -14,7 +14,9 @@ import json
 import random
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.errors import UserError
 from bench.verifier import normalize_number
@@ -188,38 +190,83 @@ def to_rows(problems: list[dict]) -> list[dict]:
 
 _LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 
+MAX_BAD_GOLD_SHARE = 0.01
+"""Share of a split's rows that may lack a usable gold answer (a numeric ``#### N`` line, a non-empty question).
+Up to it they are dropped and counted (a scraped copy with a few broken rows should not stop a run); above it
+the file is wrong, or not GSM8K-format, and loading stops with one line naming it."""
 
-def _read_jsonl(path: Path) -> list[dict]:
-    text = path.read_text(encoding="utf-8")
+Located = tuple[str, Any]
+"""(where, row): a row and where it came from, ``file:line`` for JSON Lines, ``file row i`` otherwise."""
+
+
+@dataclass
+class Gsm8kSplit:
+    """One split as loaded: the usable problems, and what was dropped (for preflight to report)."""
+
+    problems: list[dict]
+    """``[{"question", "answer"}]`` in file order, dropped rows left out, ``limit`` applied."""
+    source: str
+    """The file (or folder, or hub id[split]) the rows came from, as messages name it."""
+    rows: int
+    """Rows read, before dropping."""
+    dropped: int = 0
+    """Rows without a usable gold answer (at most MAX_BAD_GOLD_SHARE of ``rows``)."""
+    first_dropped: str = ""
+    """Where the first dropped row is, and why."""
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text (a BOM is accepted); a non-UTF-8 file is a UserError naming the line and byte."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror or type(exc).__name__}); check its permissions"
+                        ) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                        f"re-save the file as UTF-8") from None
+
+
+def _read_jsonl(path: Path) -> list[Located]:
+    text = _read_text(path)
     if path.suffix == ".json" and text.lstrip().startswith("["):
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UserError(f"{path}: not valid JSON ({exc.msg}); give a JSON array or JSON Lines file"
+            raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); give a JSON array or JSON Lines file"
                             ) from None
-        return rows if isinstance(rows, list) else [rows]
-    rows = []
+        rows = rows if isinstance(rows, list) else [rows]
+        return [(f"{path} item {i}", row) for i, row in enumerate(rows)]
+    located = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            located.append((f"{path}:{number}", json.loads(line)))
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}:{number}: not a JSON line ({exc.msg}); each line must be one JSON object"
                             ) from None
-    return rows
+    return located
 
 
-def _read_parquet(path: Path) -> list[dict]:
+def _read_parquet(path: Path) -> list[Located]:
     try:
         import pyarrow.parquet as pq  # lazy: only parquet users pay for it (installed with `datasets`)
     except ImportError:
         raise UserError(f"{path}: reading parquet needs pyarrow; install it or convert the file to .jsonl") from None
     try:
-        return pq.read_table(path).to_pylist()
+        rows = pq.read_table(path).to_pylist()
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise UserError(f"{path}: not a readable parquet file ({type(exc).__name__}); check or re-download it"
                         ) from None
+    return [(f"{path} row {i}", row) for i, row in enumerate(rows)]
+
+
+def _read_file(path: Path) -> list[Located]:
+    return _read_parquet(path) if path.suffix == ".parquet" else _read_jsonl(path)
 
 
 def _split_files(folder: Path, split: str) -> list[Path]:
@@ -236,7 +283,7 @@ def _split_files(folder: Path, split: str) -> list[Path]:
     return []
 
 
-def _load_hub(path: str, split: str) -> tuple[list[dict], str]:
+def _load_hub(path: str, split: str) -> tuple[list[Located], str]:
     try:
         import datasets  # lazy: heavy, and only hub users need it
     except ImportError:
@@ -248,7 +295,76 @@ def _load_hub(path: str, split: str) -> tuple[list[dict], str]:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"could not load hub dataset '{path}' (config 'main', split '{split}'): {message}; "
                         "check the id and split, or give a local .jsonl/.parquet file or folder") from None
-    return [dict(row) for row in ds], f"{path}[{split}]"
+    source = f"{path}[{split}]"
+    return [(f"{source} row {i}", dict(row)) for i, row in enumerate(ds)], source
+
+
+def _read_split(path: str, split: str) -> tuple[list[Located], str]:
+    """Every row of ``split`` with its location, and the source's name (a file when there is one)."""
+    local = Path(path).expanduser()
+    looks_local = path.startswith((".", "/", "~")) or local.suffix in _LOCAL_SUFFIXES or local.exists()
+    if local.is_dir():
+        files = _split_files(local, split)
+        if not files:
+            raise UserError(f"{local}: no '{split}.jsonl' or '{split}.parquet' (or '{split}-*' shard) in this "
+                            "folder; add it or point task.path at the file")
+        rows = [item for file in files for item in _read_file(file)]
+        return rows, str(files[0]) if len(files) == 1 else f"{local} ({split} shards)"
+    if local.is_file():
+        if local.suffix not in _LOCAL_SUFFIXES:
+            raise UserError(f"{local}: unsupported file type '{local.suffix}'; give a .jsonl or .parquet file")
+        return _read_file(local), str(local)
+    if looks_local:
+        raise UserError(f"{path}: file or folder not found; check the path, or give a hub id like openai/gsm8k")
+    return _load_hub(path, split)
+
+
+def _problem(where: str, row: Any) -> dict:
+    """``{"question", "answer"}`` of one row. A missing column is a UserError (the file has the wrong layout);
+    an unusable value raises ValueError (the row is bad: counted, and dropped while few)."""
+    if not isinstance(row, dict):
+        raise UserError(f"{where}: a row must be an object with 'question' and 'answer', got "
+                        f"{type(row).__name__}; give GSM8K-format rows")
+    missing = [column for column in ("question", "answer") if column not in row]
+    if missing:
+        present = ", ".join(repr(str(k)) for k in sorted(row, key=str)) or "nothing"
+        raise UserError(f"{where}: no {' or '.join(repr(m) for m in missing)} column (the row has {present}); "
+                        "GSM8K rows need 'question' and 'answer'")
+    question, answer = row["question"], row["answer"]
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("the question is empty or not text")
+    if not isinstance(answer, str):
+        raise ValueError(f"the answer is {type(answer).__name__}, not text ending in '#### N'")
+    gold_number(answer)  # ValueError: no '#### N' line, or not a number
+    return {"question": question, "answer": answer}
+
+
+def read_gsm8k(path: str, split: str, limit: int | None = None) -> Gsm8kSplit:
+    """One GSM8K-format split, checked: the problems and a count of the rows dropped for a bad gold answer.
+
+    ``path`` as in `load_gsm8k`. Raises UserError (one line naming the file, and the line where there is one)
+    for: a missing file, a non-UTF-8 file, a malformed JSON line, a row without ``question``/``answer``, an
+    empty split, or more than ``MAX_BAD_GOLD_SHARE`` of the rows without a usable ``#### N`` answer. Fewer bad
+    rows are dropped and counted. ``limit`` keeps the first ``limit`` usable rows.
+    """
+    if limit is not None and limit < 0:
+        raise UserError(f"'limit' must be >= 0 or None, got {limit}")
+    located, source = _read_split(path, split)
+    if not located:
+        raise UserError(f"{source}: no rows (the '{split}' split is empty); give a file with GSM8K-format rows")
+    problems, dropped, first = [], 0, ""
+    for where, row in located:
+        try:
+            problems.append(_problem(where, row))
+        except ValueError as exc:
+            dropped += 1
+            first = first or f"{where}: {exc}"
+    if dropped > MAX_BAD_GOLD_SHARE * len(located):
+        raise UserError(f"{source}: {dropped} of {len(located)} rows have no usable gold answer, more than the "
+                        f"{MAX_BAD_GOLD_SHARE:.0%} allowed (first: {first}); GSM8K answers end with a line '#### N'")
+    if limit is not None:
+        problems = problems[:limit]
+    return Gsm8kSplit(problems, source, len(located), dropped, first)
 
 
 def load_gsm8k(path: str, split: str, limit: int | None = None) -> list[dict]:
@@ -257,47 +373,8 @@ def load_gsm8k(path: str, split: str, limit: int | None = None) -> list[dict]:
     ``path`` is one of: a ``.jsonl`` / ``.json`` / ``.parquet`` file (``split`` is then ignored); a folder
     holding ``{split}.jsonl`` / ``{split}.parquet`` or shards named ``{split}*`` (also looked for in a
     ``main/`` subfolder, the hub repo's layout); or a hub dataset id such as ``openai/gsm8k`` (config
-    ``main``). ``limit`` keeps the first ``limit`` rows. Extra columns are dropped. Raises UserError (one
-    line, naming the file and the fix) for a missing file, a row without ``question``/``answer``, or an
-    answer without a numeric ``#### N`` line.
+    ``main``). ``limit`` keeps the first ``limit`` usable rows. Extra columns are dropped; so are rows without
+    a usable gold answer while they are at most ``MAX_BAD_GOLD_SHARE`` of the split (`read_gsm8k` counts them).
+    Raises UserError (one line, naming the file and the fix) for every problem `read_gsm8k` lists.
     """
-    if limit is not None and limit < 0:
-        raise UserError(f"'limit' must be >= 0 or None, got {limit}")
-    local = Path(path).expanduser()
-    looks_local = path.startswith((".", "/", "~")) or local.suffix in _LOCAL_SUFFIXES or local.exists()
-    if local.is_dir():
-        files = _split_files(local, split)
-        if not files:
-            raise UserError(f"{local}: no '{split}.jsonl' or '{split}.parquet' (or '{split}-*' shard) in this "
-                            "folder; add it or point task.path at the file")
-        rows = []
-        for file in files:
-            rows.extend(_read_parquet(file) if file.suffix == ".parquet" else _read_jsonl(file))
-        source = str(local)
-    elif local.is_file():
-        if local.suffix not in _LOCAL_SUFFIXES:
-            raise UserError(f"{local}: unsupported file type '{local.suffix}'; give a .jsonl or .parquet file")
-        rows = _read_parquet(local) if local.suffix == ".parquet" else _read_jsonl(local)
-        source = str(local)
-    elif looks_local:
-        raise UserError(f"{path}: file or folder not found; check the path, or give a hub id like openai/gsm8k")
-    else:
-        rows, source = _load_hub(path, split)
-
-    if limit is not None:
-        rows = rows[:limit]
-    problems = []
-    for index, row in enumerate(rows):
-        if not isinstance(row, dict) or "question" not in row or "answer" not in row:
-            present = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise UserError(f"{source}: row {index} has no 'question' and 'answer' (has {present}); "
-                            "give GSM8K-format rows")
-        question, answer = row["question"], row["answer"]
-        if not isinstance(question, str) or not isinstance(answer, str):
-            raise UserError(f"{source}: row {index}: 'question' and 'answer' must be strings")
-        try:
-            gold_number(answer)
-        except ValueError as exc:
-            raise UserError(f"{source}: row {index}: {exc}; GSM8K answers end with a line '#### N'") from None
-        problems.append({"question": question, "answer": answer})
-    return problems
+    return read_gsm8k(path, split, limit).problems

@@ -5,6 +5,7 @@ Nothing here reaches the network: the hub is switched off, or its one metadata r
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -245,9 +246,17 @@ def test_a_complete_local_setup_passes_every_check(tmp_path: Path) -> None:
     folder = _model_folder(tmp_path)
     data = tmp_path / "gsm8k"
     data.mkdir()
+    row = json.dumps({"question": "Tom has 2 pens and buys 3. How many?", "answer": "2+3=5\n#### 5"})
+    for split in ("train", "test"):
+        (data / f"{split}.jsonl").write_text(row + "\n", encoding="utf-8")
     spec = load_spec("gsm8k-qwen0.5b", ["model.source=path", f"model.name_or_path={folder}", "device=cpu",
-                                        f"task.path={data}"])
-    pf.preflight(spec, tmp_path / "out")
+                                        f"task.path={data}", "train.prompts_per_step=1", "task.train_size=1"])
+    notes = io.StringIO()
+    found = pf.preflight(spec, tmp_path / "out", notes=notes)
+    # one row where the preset asks for 1,319 test questions: said, not refused
+    assert found == [f"{data / 'test.jsonl'}: 1 usable rows, fewer than task.test_size=1319; using 1"]
+    assert notes.getvalue() == f"bench: note: {found[0]}\n"
+    assert not (tmp_path / "out").exists()
 
 
 # ----------------------------------------------------------------------------------------------

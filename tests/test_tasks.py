@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.errors import UserError
-from bench.tasks import (PROMPT_TEMPLATE, format_prompt, format_target, generate_synthetic, gold_number,
-                         load_gsm8k, synthetic_splits, to_rows)
+from bench.tasks import (MAX_BAD_GOLD_SHARE, PROMPT_TEMPLATE, format_prompt, format_target, generate_synthetic,
+                         gold_number, load_gsm8k, read_gsm8k, synthetic_splits, to_rows)
 from bench.verifier import extract_answer, has_format, is_correct
 
 GSM8K_ROWS = [
@@ -236,16 +236,90 @@ def test_load_missing_file_raises(tmp_path: Path) -> None:
 
 def test_load_missing_column_raises(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "d.jsonl", [GSM8K_ROWS[0], {"question": "q", "solution": "#### 1"}])
-    with pytest.raises(UserError, match=r"row 1 .*'question', 'solution'") as info:
+    expected = r"d.jsonl:2: no 'answer' column \(the row has 'question', 'solution'\)"
+    with pytest.raises(UserError, match=expected) as info:
         load_gsm8k(str(path), "test")
     assert str(path) in str(info.value)
 
 
 def test_load_bad_answer_raises(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": "it is 5"}])
-    with pytest.raises(UserError, match=r"row 0.*####") as info:
+    with pytest.raises(UserError, match=r"1 of 1 rows have no usable gold answer.*d.jsonl:1.*####") as info:
         load_gsm8k(str(path), "test")
     assert "\n" not in str(info.value)
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"question": f"Tom has {i} pens. How many?", "answer": f"{i}\n#### {i}"} for i in range(n)]
+
+
+def test_a_few_bad_gold_answers_are_dropped_and_counted(tmp_path: Path) -> None:
+    rows = _rows(200)
+    rows[5]["answer"] = "no marker"
+    rows[17]["answer"] = "#### many"
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    split = read_gsm8k(str(path), "train")
+    assert (split.rows, split.dropped) == (200, 2)  # 1% of 200 is the most that may be dropped
+    assert split.first_dropped.startswith(f"{path}:6: ")
+    assert len(split.problems) == 198 and rows[5] not in split.problems
+    # limit counts usable rows: the dropped ones never take a test slot
+    assert load_gsm8k(str(path), "test", limit=10) == rows[:5] + rows[6:11]
+
+
+def test_bad_gold_answers_above_the_share_name_the_file_and_count(tmp_path: Path) -> None:
+    rows = _rows(200)
+    for i in (3, 4, 9):
+        rows[i]["answer"] = str(i)
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(UserError) as info:
+        read_gsm8k(str(path), "train")
+    message = str(info.value)
+    assert message.startswith(f"{path}: 3 of 200 rows have no usable gold answer, more than the 1% allowed")
+    assert f"{path}:4" in message and "\n" not in message
+    assert MAX_BAD_GOLD_SHARE == 0.01
+
+
+def test_empty_and_blank_files_are_empty_splits(tmp_path: Path) -> None:
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n  \n")):
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(UserError, match=rf"{name}: no rows \(the 'train' split is empty\)"):
+            load_gsm8k(str(path), "train")
+
+
+def test_a_non_utf8_file_names_the_line_and_byte(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(json.dumps(GSM8K_ROWS[0]).encode() + b"\n" + '{"question": "caf\u00e9"}'.encode("latin-1"))
+    with pytest.raises(UserError) as info:
+        load_gsm8k(str(path), "train")
+    assert str(info.value).startswith(f"{path}:2: not UTF-8 text (byte 0xe9")
+    assert "\n" not in str(info.value)
+
+
+def test_a_utf8_bom_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in GSM8K_ROWS).encode())
+    assert load_gsm8k(str(path), "train") == GSM8K_ROWS
+
+
+def test_a_json_array_with_a_syntax_error_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "d.json"
+    path.write_text("[\n" + json.dumps(GSM8K_ROWS[0]) + ",\n{oops}\n]", encoding="utf-8")
+    with pytest.raises(UserError, match=r"d.json:3: not valid JSON"):
+        load_gsm8k(str(path), "train")
+
+
+def test_a_line_that_is_not_an_object_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(GSM8K_ROWS[0]) + "\n[1, 2]\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"d.jsonl:2: a row must be an object .* got list"):
+        load_gsm8k(str(path), "train")
+
+
+def test_a_parquet_file_without_the_answer_column_is_named(tmp_path: Path) -> None:
+    path = write_parquet(tmp_path / "train.parquet", [{"question": "q", "solution": "#### 1"}])
+    with pytest.raises(UserError, match=r"train.parquet row 0: no 'answer' column"):
+        load_gsm8k(str(tmp_path), "train")
 
 
 def test_load_bad_json_line_raises(tmp_path: Path) -> None:

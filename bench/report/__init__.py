@@ -2,13 +2,20 @@
 
 Builds from result files alone and imports no torch / transformers / trl / peft / datasets, so a report can
 be rebuilt on a laptop from a GPU box's results folder (``python -m bench.report SUITE_DIR``).
+
+Every file is written atomically (a temporary file renamed over the old one), so an interrupted or failed
+rebuild — a full disk, a kill — leaves the previous report whole, never a 0-byte results.csv. Free text
+(failure reasons, log tails, completions) is capped where it is shown (``fmt.cap_text``).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-from bench.report.figures import build_figures
+from bench.report.figures import FigureInfo, build_figures
 from bench.report.html import write_html
 from bench.report.load import CSV_COLUMNS, Suite, load_suite, results_frame
 from bench.report.tables import write_csv, write_summary
@@ -21,19 +28,33 @@ __all__ = ["build_report", "load_suite", "results_frame", "Suite", "CSV_COLUMNS"
 def build_report(suite_dir: Path) -> Path:
     """Write ``index.html``, ``summary.md``, ``results.csv`` and ``figures/*.png`` into ``suite_dir``.
 
-    Safe to call repeatedly (e.g. after each run finishes): old PNGs in ``figures/`` are removed first so a
-    figure whose data disappeared does not linger beside the new page.
+    Safe to call repeatedly (e.g. after each run finishes): figures are drawn into a temporary folder and
+    renamed into ``figures/`` one by one, then PNGs this build did not draw are removed, so a figure whose
+    data disappeared does not linger beside the new page.
 
     Returns:
         The path of ``index.html``.
     """
     suite_dir = Path(suite_dir)
     suite = load_suite(suite_dir)
-    figures_dir = suite_dir / FIGURES_DIR
-    figures_dir.mkdir(parents=True, exist_ok=True)
-    for stale in figures_dir.glob("*.png"):
-        stale.unlink()
-    figures = build_figures(suite, figures_dir)
+    figures = _build_figures_atomically(suite, suite_dir / FIGURES_DIR)
     write_csv(suite, suite_dir / "results.csv")
     write_summary(suite, suite_dir / "summary.md")
     return write_html(suite, figures, suite_dir / "index.html")
+
+
+def _build_figures_atomically(suite: Suite, figures_dir: Path) -> list[FigureInfo]:
+    """Draw the figures beside ``figures_dir`` and move each into it with a rename (atomic on one filesystem)."""
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{figures_dir.name}-", dir=figures_dir.parent))
+    try:
+        figures = build_figures(suite, staging)
+        drawn = {p.name for p in staging.glob("*.png")}
+        for name in sorted(drawn):
+            os.replace(staging / name, figures_dir / name)
+        for stale in figures_dir.glob("*.png"):
+            if stale.name not in drawn:
+                stale.unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return figures

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.stats import wilson_interval
@@ -20,6 +23,40 @@ MISSING = "—"
 NOT_MEASURED = "not measured"
 MIB = 1024**2
 GIB = 1024**3
+TEXT_LIMIT = 2000
+"""Characters of one free text (a failure reason, a log tail, a completion, a question) the report shows; the
+full text stays in the run's result.json and worker.log. A 1 MB completion would otherwise be 1 MB of page."""
+
+
+def cap_text(text: str, limit: int = TEXT_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, with "… (N more characters)" saying how much was left out."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``.
+
+    A reader (or a crash, or a full disk) sees the old file or the new one, never a half-written one; the
+    temporary file is removed when the write fails.
+    """
+    path = Path(path)
+    # mkstemp makes the file private (0600); a report is for reading, so keep the old file's mode, else 0644.
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def num(value: Any) -> float | None:
@@ -153,17 +190,17 @@ def error_text(run: Run) -> str:
     if not err:
         return ""
     if not isinstance(err, dict):
-        return str(err)
-    text = f"{err.get('type') or 'Error'}: {err.get('message') or ''}".rstrip(": ")
+        return cap_text(str(err))
+    text = f"{err.get('type') or 'Error'}: {cap_text(err.get('message') or '')}".rstrip(": ")
     if err.get("memory_at_failure"):
         text += f" (memory at failure: {err['memory_at_failure']})"
-    return text
+    return cap_text(text, TEXT_LIMIT + 200)  # the message is capped above; this bounds a long type or memory note
 
 
 def status_text(run: Run) -> str:
     """'ok', 'failed', or the reason there is no result ('not run yet', 'result.json unreadable')."""
     if run.note:
-        return run.note
+        return cap_text(run.note)
     return {"not_run": "not run"}.get(run.status, run.status)
 
 
@@ -188,8 +225,8 @@ def value_text(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
+        return cap_text(json.dumps(value, sort_keys=True, default=str))
+    return cap_text(str(value))
 
 
 def mib_number(value: Any, digits: int = 2) -> str:

@@ -20,6 +20,8 @@ from bench.report.load import Suite
 
 MAX_SAMPLES = 3
 """Sample completions shown per method run: enough to see what the model writes, short enough to scroll."""
+SPEC_LIMIT = 20 * fmt.TEXT_LIMIT
+"""Characters of the resolved spec's JSON shown (a shipped preset's is about 5,000; a huge description is cut)."""
 
 TEMPLATE = """<!doctype html>
 <html lang="en">
@@ -69,7 +71,7 @@ ul.notes { font-size: .85rem; color: #444; margin-top: .2rem; }
 {% endif %}
 {% endmacro %}
 <h1>Benchmark report: {{ suite.preset }}</h1>
-<p class="meta">{{ suite.description }}{% if suite.created_at %} · created {{ suite.created_at }}{% endif %}
+<p class="meta">{{ description }}{% if suite.created_at %} · created {{ suite.created_at }}{% endif %}
  · folder <code>{{ suite.suite_dir.name }}</code></p>
 {% if suite.problems %}<ul class="problems">{% for p in suite.problems %}<li>{{ p }}</li>{% endfor %}</ul>{% endif %}
 <nav class="toc">{% for id, title in toc %}<a href="#{{ id }}">{{ title }}</a>
@@ -250,11 +252,20 @@ def _samples(suite: Suite) -> list[tuple[str, list[dict[str, Any]]]]:
         for s in (run.result.get("samples") or [])[:MAX_SAMPLES]:
             if isinstance(s, dict):
                 correct = s.get("correct")
-                items.append({"question": str(s.get("question", "")), "completion": str(s.get("completion", "")),
-                              "gold": str(s.get("gold", "")), "correct": correct if isinstance(correct, bool) else None})
+                items.append({"question": fmt.cap_text(s.get("question", "")),
+                              "completion": fmt.cap_text(s.get("completion", "")),
+                              "gold": fmt.cap_text(s.get("gold", "")),
+                              "correct": correct if isinstance(correct, bool) else None})
         if items:
             out.append((names[run.run_id], items))
     return out
+
+
+def _spec_text(suite: Suite) -> str:
+    """The resolved spec as indented JSON, capped at SPEC_LIMIT characters ('' when none was recorded)."""
+    if not suite.spec:
+        return ""
+    return fmt.cap_text(json.dumps(suite.spec, indent=2, sort_keys=True, default=str), SPEC_LIMIT)
 
 
 def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
@@ -272,6 +283,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
            "samples": bool(samples)}
     return template.render(
         suite=suite,
+        description=fmt.cap_text(suite.description),
         toc=_toc(detail, figures, has),
         missing=fmt.MISSING,
         headline_columns=tables.HEADLINE_COLUMNS,
@@ -292,10 +304,10 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         notes=[n.replace("`", "").replace("*", "") for n in tables.notes(suite)],  # Markdown marks
         environment=environment,
         environment_run=env_run,
-        spec=json.dumps(suite.spec, indent=2, sort_keys=True, default=str) if suite.spec else "",
+        spec=_spec_text(suite),
     )
 
 
 def write_html(suite: Suite, figures: list[FigureInfo], path: Path) -> Path:
-    path.write_text(render_html(suite, figures), encoding="utf-8")
-    return path
+    """Write the page atomically: a reader or a crash mid-write never sees half a page."""
+    return fmt.write_text_atomic(path, render_html(suite, figures))

@@ -25,8 +25,8 @@ def write_csv(suite: Suite, path: Path) -> Path:
 
     A value that was not measured is an empty cell, never 0.
     """
-    results_frame(suite).to_csv(path, index=False, na_rep="", lineterminator="\n")
-    return path
+    text = results_frame(suite).to_csv(index=False, na_rep="", lineterminator="\n")
+    return fmt.write_text_atomic(path, text)  # never a half-written (or 0-byte) results.csv
 
 
 # --- rows shared by summary.md and index.html ------------------------------------------------------------
@@ -255,7 +255,7 @@ def summary_markdown(suite: Suite) -> str:
     throughput, phases, stages, max lengths, generation settings and notes on sources."""
     parts = [f"# Benchmark summary: {suite.preset}", ""]
     if suite.description:
-        parts += [suite.description, ""]
+        parts += [fmt.cap_text(suite.description), ""]
     head = headline_rows(suite)
     if head:
         parts += ["## Results per method", "", _md_table(HEADLINE_COLUMNS, [r["cells"] for r in head]), ""]
@@ -308,5 +308,5 @@ def _phase_section(suite: Suite) -> list[str]:
 
 
 def write_summary(suite: Suite, path: Path) -> Path:
-    path.write_text(summary_markdown(suite), encoding="utf-8")
-    return path
+    """Write summary.md atomically (temporary file + rename)."""
+    return fmt.write_text_atomic(path, summary_markdown(suite))
