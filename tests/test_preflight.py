@@ -89,11 +89,17 @@ def test_the_gpu_preset_on_a_cpu_machine_names_the_way_out(tmp_path: Path) -> No
     assert not (tmp_path / "out").exists()
 
 
+SLOW_START_S = 40
+"""Start-up (imports, spec, preflight) on a busy 2-core machine stays far below this; a hub retry loop would not."""
+
+
 @needs_no_gpu
 def test_bench_run_of_the_gpu_preset_stops_in_seconds_with_one_line(tmp_path: Path) -> None:
     proc, seconds = _bench_run(tmp_path, "--preset", "gsm8k-qwen0.5b", "--out", str(tmp_path / "out"))
     line = _assert_one_error_line_after_plan(proc, "gsm8k-qwen0.5b", [])
-    assert seconds < 10
+    # The device check runs before anything touches the network, so no hub retry loop (52 s before this check
+    # existed) can delay it. The bound is loose on purpose: these machines are shared, the time goes in notes.
+    assert seconds < SLOW_START_S
     assert "needs an NVIDIA GPU" in line and "device=cpu" in line
     assert not (tmp_path / "out").exists()
 
@@ -151,7 +157,7 @@ def test_an_unreachable_hub_model_names_model_source_path(tmp_path: Path) -> Non
     proc, seconds = _bench_run(tmp_path, "--preset", "gsm8k-qwen0.5b", *overrides, "--out", str(tmp_path / "o"))
     line = _assert_one_error_line_after_plan(proc, "gsm8k-qwen0.5b", overrides)
     assert "'nobody/nothing'" in line and "model.source=path model.name_or_path=" in line
-    assert seconds < 10
+    assert seconds < SLOW_START_S
 
 
 @pytest.fixture
