@@ -17,7 +17,6 @@ from baselines.common import (check_micro_batching, curves_from_log_history, loa
                               trainer_networks, trl_precision)
 from bench.context import MethodConfig, RunContext, TrainOutcome
 from bench.data import prompts_for_steps
-from bench.errors import SpecError
 from bench.rewards import make_reward_functions
 from bench.results import curve_names
 

@@ -24,7 +24,6 @@ from baselines import rl_math as M
 from baselines.common import matched_kl_coef, require_groups
 from baselines.rollout_engine import Engine, EngineConfig, engine_description, validate_engine
 from bench.context import RunContext, TrainOutcome
-from bench.errors import SpecError
 
 LABEL = "GRPO (suite engine)"
 ENGINE = "suite"

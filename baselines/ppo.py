@@ -32,7 +32,6 @@ from baselines import rl_math as M
 from baselines.common import matched_kl_coef
 from baselines.rollout_engine import Engine, EngineConfig, Rollout, engine_description, validate_engine
 from bench.context import RunContext, TrainOutcome
-from bench.errors import SpecError
 
 LABEL = "PPO (suite engine)"
 ENGINE = "suite"

@@ -317,7 +317,7 @@ def test_a_line_that_is_not_an_object_is_named(tmp_path: Path) -> None:
 
 
 def test_a_parquet_file_without_the_answer_column_is_named(tmp_path: Path) -> None:
-    path = write_parquet(tmp_path / "train.parquet", [{"question": "q", "solution": "#### 1"}])
+    write_parquet(tmp_path / "train.parquet", [{"question": "q", "solution": "#### 1"}])
     with pytest.raises(UserError, match=r"train.parquet row 0: no 'answer' column"):
         load_gsm8k(str(tmp_path), "train")
 
