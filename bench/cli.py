@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,7 +27,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe_plan(spec, make_plan(spec)))
         return 0
-    from bench.runner import default_out_dir, run_suite
+    from bench.runner import SuiteLock, check_suite_dir, default_out_dir, run_suite
 
     reports_dir = Path(args.reports_dir)
     if args.out:
@@ -37,13 +39,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite_dir = latest.resolve()
     else:
         suite_dir = default_out_dir(spec, reports_dir)
+    check_suite_dir(spec, suite_dir.resolve(), args.resume)  # a busy or wrong folder: one line, before the plan
+    SuiteLock(suite_dir.resolve()).refuse_if_held()
     print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
     from bench.preflight import preflight
 
     preflight(spec, suite_dir)  # seconds now rather than a failed stage after minutes of loading
     print(f"writing to {suite_dir}", file=sys.stderr)
-    run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd())
-    return 0
+    outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(),
+                        resume_command=resume_command(args.preset, suite_dir, args.overrides))
+    return outcome.exit_code
+
+
+def resume_command(preset: str, suite_dir: Path, overrides: list[str]) -> str:
+    """The command line that continues ``suite_dir`` with the same spec, runnable from any folder.
+
+    The same preset (a preset file as an absolute path) and overrides rebuild the same spec, which --resume
+    requires; the folder is absolute; the program is named the way this one was started.
+    """
+    preset_path = Path(preset)
+    if (preset.endswith((".yaml", ".yml")) or "/" in preset) and preset_path.is_file():  # a file, as load_spec
+        preset = str(preset_path.resolve())
+    args = ["run", "--preset", preset, "--out", str(suite_dir.resolve()), "--resume", *overrides]
+    return shlex.join([*_bench_program(), *args])
+
+
+def _bench_program() -> list[str]:
+    """`bench` when that is what runs here, the script's path when it is not on PATH, else `python -m bench`."""
+    script = Path(sys.argv[0])
+    if script.name != "bench":
+        return [sys.executable, "-m", "bench"]
+    found = shutil.which("bench")
+    if found and Path(found).resolve() == script.resolve():
+        return ["bench"]
+    return [str(script.resolve())]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -70,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a preset and write its report",
                          description="Run every stage and method of a preset, one subprocess each, then write the "
-                                     "report (index.html, summary.md, results.csv, figures/).")
+                                     "report (index.html, summary.md, results.csv, figures/). Exit status: 0 every "
+                                     "run ok, 1 some run failed or was skipped (the report is written), 2 a usage "
+                                     "or spec error (nothing run), 130 interrupted (the --resume command is "
+                                     "printed).")
     run.add_argument("--preset", required=True, help="preset name (see `bench presets`) or a YAML file")
     run.add_argument("--out", help="suite folder to write (default: REPORTS_DIR/<preset>-<time>)")
     run.add_argument("--reports-dir", default="reports", help="where suite folders go (default: reports)")

@@ -14,6 +14,11 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   "seed": 0,
   "status": "ok" | "failed" | "not_run",
   "error": null | {"type": "OutOfMemoryError", "message": "...", "memory_at_failure": "..."},
+                                       # message: one line, at most 2,000 characters + "… (N more characters)"
+                                       # (the whole text is in the run's traceback.txt / worker.log); type
+                                       # "Interrupted": the suite was stopped (SIGINT / SIGTERM) during the run
+  "inputs_hash": str | null,           # sha256 over the result.json of each stage the run read (null: none);
+                                       # --resume re-runs a run whose stages' results changed since
   "started_at": "ISO-8601", "finished_at": "ISO-8601",
   "accuracy": {                        # evaluation on the held-out split (greedy)
     "n_questions": 1000,
@@ -87,6 +92,7 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import tempfile
@@ -224,20 +230,133 @@ def _json_default(value: Any) -> Any:
 
 def read_result(run_dir: Path) -> dict[str, Any] | None:
     """The run's result, or None when it is missing, unreadable or of another schema version."""
-    path = Path(run_dir) / RESULT_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = _load_json(Path(run_dir) / RESULT_FILE)
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         return None
     return data
 
 
-def is_complete(run_dir: Path) -> bool:
-    """True when the run finished successfully and its result can be reused by ``--resume``."""
-    data = read_result(run_dir)
-    return data is not None and data.get("status") == "ok"
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+STATUSES = ("ok", "failed", "not_run")
+KINDS = ("method", "stage")
+
+_NUMBER = (int, float)
+_REQUIRED: dict[str, tuple[type, ...]] = {
+    "schema_version": (int,), "run_id": (str,), "kind": (str,), "method": (str,), "label": (str,), "engine": (str,),
+    "seed": (int,), "status": (str,),
+}
+"""Top-level keys every result has, with their types (the docstring above is the full schema)."""
+
+_REQUIRED_OK: dict[str, tuple[type, ...]] = {
+    "started_at": (str,), "finished_at": (str,), "accuracy": (dict,), "samples": (list,), "memory": (dict,),
+    "throughput": (dict,), "phases": (dict,), "curves": (list,), "metrics": (dict,), "settings": (dict,),
+    "environment": (dict,), "spec": (dict,),
+}
+"""Further keys an ``ok`` result has: what the report reads from a finished run."""
+
+
+def result_problems(data: Any) -> list[str]:
+    """Why ``data`` is not a well-formed result (empty when it is): missing keys, wrong types, bad values.
+
+    ``--resume`` reuses only an ok result with no problems, so a truncated, hand-edited or foreign file is re-run
+    rather than shown as a finished run. The checks cover the shape the report relies on, not every number.
+    """
+    if not isinstance(data, dict):
+        return [f"not a JSON object ({type(data).__name__})"]
+    problems = _type_problems(data, _REQUIRED)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    if data.get("status") not in STATUSES:
+        problems.append(f"status {data.get('status')!r} is not one of {', '.join(STATUSES)}")
+    if data.get("kind") not in KINDS:
+        problems.append(f"kind {data.get('kind')!r} is not one of {', '.join(KINDS)}")
+    if data.get("status") == "ok":
+        problems += _ok_problems(data)
+    return problems
+
+
+def _type_problems(data: dict[str, Any], required: dict[str, tuple[type, ...]]) -> list[str]:
+    problems = []
+    for key, types in required.items():
+        if key not in data:
+            problems.append(f"missing '{key}'")
+        elif not isinstance(data[key], types) or (isinstance(data[key], bool) and bool not in types):
+            problems.append(f"'{key}' is {type(data[key]).__name__}, expected {' or '.join(t.__name__ for t in types)}")
+    return problems
+
+
+def _ok_problems(data: dict[str, Any]) -> list[str]:
+    """The parts of an ok result the report and the consumers of a stage read."""
+    problems = _type_problems(data, _REQUIRED_OK)
+    if data.get("error") is not None:
+        problems.append("status ok with an error")
+    throughput = data.get("throughput")
+    if isinstance(throughput, dict) and not isinstance(throughput.get("wall_s"), _NUMBER):
+        problems.append("'throughput.wall_s' missing or not a number")
+    accuracy = data.get("accuracy")
+    if isinstance(accuracy, dict):
+        for when in ("before", "after"):
+            if not isinstance(accuracy.get(when), (dict, type(None))):
+                problems.append(f"'accuracy.{when}' is {type(accuracy.get(when)).__name__}, expected dict or null")
+    memory = data.get("memory")
+    if isinstance(memory, dict) and not isinstance(memory.get("networks", {}), dict):
+        problems.append("'memory.networks' is not a dict")
+    return problems
+
+
+def incomplete_reason(run_dir: Path, inputs_hash: str | None = None) -> str | None:
+    """Why the run in ``run_dir`` cannot be reused by ``--resume`` (None when it can).
+
+    Reusable means: an ok result of this schema, with the shape :func:`result_problems` checks, written for this
+    run id, and (when ``inputs_hash`` is given) from the same inputs: a run that read a shared stage's output
+    records that output's hash, so re-running the stage makes its consumers stale.
+    """
+    path = Path(run_dir) / RESULT_FILE
+    if not path.exists():
+        return "no result"
+    data = _load_json(path)
+    if data is None:
+        return "result.json unreadable"
+    problems = result_problems(data)
+    if problems:
+        return f"invalid result ({'; '.join(problems[:3])}{'; ...' if len(problems) > 3 else ''})"
+    if data["status"] != "ok":
+        return f"status {data['status']}"
+    if data["run_id"] != Path(run_dir).name:
+        return f"invalid result (run_id {data['run_id']!r} in the folder of {Path(run_dir).name!r})"
+    if inputs_hash is not None and data.get("inputs_hash") != inputs_hash:
+        return "its inputs changed (a stage it reads was re-run)"
+    return None
+
+
+def is_complete(run_dir: Path, inputs_hash: str | None = None) -> bool:
+    """True when the run finished successfully and its result can be reused by ``--resume``
+    (see :func:`incomplete_reason`)."""
+    return incomplete_reason(run_dir, inputs_hash) is None
+
+
+def file_hash(path: Path) -> str | None:
+    """sha256 of a file's bytes (None when it cannot be read): how a run names the stage output it consumed."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def cap_text(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with "… (N more characters)" appended when it was longer.
+
+    Failure reasons can embed whole logs; the full text stays in the run's worker.log / traceback.txt.
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
 def empty_result(run_id: str, kind: str, method: str, label: str, engine: str, seed: int) -> dict[str, Any]:

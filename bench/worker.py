@@ -4,23 +4,49 @@ Reads RUN_DIR/run.json (written by the runner), trains with the recipe, evaluate
 RUN_DIR/result.json atomically. A crash, OOM or kill here never takes the suite or another method down:
 whatever happens, a result with status ``ok`` or ``failed`` (with the reason) is written.
 Progress goes to stdout as ``@@progress {json}`` lines that the runner turns into a progress display.
+
+A worker never outlives its suite: SIGTERM (what the runner sends its process group on an interrupt) records the
+run as ``Interrupted`` and exits, and so does SIGHUP, which a worker gets when its parent dies (Linux parent-death
+signal, and a thread that polls the parent PID on every platform).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.results import empty_result, read_result, write_json_atomic
+from bench.results import cap_text, empty_result, read_result, result_problems, write_json_atomic
 
 PROGRESS_PREFIX = "@@progress "
 RUN_FILE = "run.json"
 EVAL_FILE = "eval_after.jsonl"
+PARENT_ENV = "BENCH_PARENT_PID"
+"""The runner's PID, set in each worker's environment: the parent the worker must not outlive."""
+MESSAGE_LIMIT = 2000
+"""Characters of a failure message kept in result.json (the whole text goes to traceback.txt)."""
+ORPHAN_GRACE_S = 60.0
+"""After its parent died, a worker that has not finished recording the interruption by then exits hard."""
+
+
+class Interrupted(BaseException):
+    """Raised in the worker's main thread by SIGTERM (the suite was stopped) or PARENT_DIED (the suite process
+    died); its text is the signal's name.
+
+    A BaseException, so that the ``except Exception`` of libraries does not swallow it on its way to :func:`run`.
+    """
+
+
+_interrupts: dict[str, Any] = {"armed": False, "received": False, "parent": None}
+"""armed: a stop signal raises :class:`Interrupted` (cleared while the result is written); received: one did;
+parent: the runner's PID, when known."""
 
 
 def now() -> str:
@@ -30,7 +56,10 @@ def now() -> str:
 def emit_progress(step: int, total: int, metrics: dict[str, float]) -> None:
     """One machine-readable progress line for the runner."""
     shown = {k: round(v, 4) for k, v in metrics.items() if k in ("reward", "loss", "kl", "accuracy", "score")}
-    print(PROGRESS_PREFIX + json.dumps({"step": step, "total": total, "metrics": shown}), flush=True)
+    try:
+        print(PROGRESS_PREFIX + json.dumps({"step": step, "total": total, "metrics": shown}), flush=True)
+    except OSError:  # the runner is gone (broken pipe): the parent-death signal, not this, ends the run
+        pass
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -73,24 +102,113 @@ def run(run_dir: Path) -> int:
     result = empty_result(job["run_id"], job["kind"], job["name"], job["label"], job["engine"], job["seed"])
     result["started_at"] = now()
     result["spec"] = job["spec"]
+    result["inputs_hash"] = job.get("inputs_hash")  # the stage outputs this run reads (see bench.runner)
     live: dict[str, Any] = {}  # the telemetry, once built: its readings describe a failure too
     try:
         result = _train_and_evaluate(job, run_dir, result, live)
         result["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - the run must always leave a result behind
+        _interrupts["armed"] = False  # a later SIGTERM must not stop the failure from being written
         result["status"] = "failed"
-        result["error"] = {
-            "type": type(exc).__name__,
-            "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else type(exc).__name__,
-            "memory_at_failure": _memory_at_failure(live.get("telemetry")),
-        }
+        result["error"] = failure_record(exc, live.get("telemetry"))
         (run_dir / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
-        if isinstance(exc, KeyboardInterrupt):
-            result["error"]["message"] = "interrupted"
+    _interrupts["armed"] = False  # from here on the result is written whatever arrives
     result["finished_at"] = now()
     result["throughput"]["wall_s"] = time.perf_counter() - wall_start
+    if result["status"] == "ok":
+        check_own_result(result)
     write_json_atomic(run_dir / "result.json", result)
     return 0 if result["status"] == "ok" else 1
+
+
+def failure_record(exc: BaseException, telemetry: Any) -> dict[str, Any]:
+    """result["error"] for ``exc``: its type (``Interrupted`` for a stop request) and a one-line, capped message."""
+    interrupted = isinstance(exc, (Interrupted, KeyboardInterrupt))
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if interrupted:
+        text = interruption_message(exc)
+    return {
+        "type": "Interrupted" if interrupted else type(exc).__name__,
+        "message": cap_text(text or type(exc).__name__, MESSAGE_LIMIT),
+        "memory_at_failure": _memory_at_failure(telemetry),
+    }
+
+
+def check_own_result(result: dict[str, Any]) -> None:
+    """Turn an ok result that does not match the schema into a failed one, so that the recipe or worker bug
+    shows now instead of as a run that --resume re-runs forever (it reuses only well-formed results)."""
+    problems = result_problems(result)
+    if problems:
+        result["status"] = "failed"
+        result["error"] = {"type": "InvalidResult", "message": cap_text("the run finished but its result does not "
+                                                                       f"match the schema: {'; '.join(problems)}",
+                                                                       MESSAGE_LIMIT),
+                           "memory_at_failure": None}
+
+
+# -- stopping ---------------------------------------------------------------------------------------
+PARENT_DIED = getattr(signal, "SIGHUP", signal.SIGTERM)
+"""The signal a worker gets when its runner dies (the kernel's parent-death signal, or its own watch thread):
+handled like SIGTERM, but it says what happened, so the result can tell a dead suite from a stopped one."""
+
+
+def install_stop_handlers(parent_pid: int | None) -> None:
+    """SIGTERM records the run as interrupted; the death of ``parent_pid`` (the runner) delivers PARENT_DIED,
+    which does the same with its own message.
+
+    Two ways to notice the parent died, because either alone can miss: Linux's parent-death signal is exact but
+    fires when the *thread* that started the worker ends (the runner's threads live until their runs end), and
+    polling ``os.getppid()`` once a second works everywhere.
+    """
+    _interrupts["armed"], _interrupts["parent"] = True, parent_pid
+    signal.signal(signal.SIGTERM, _on_stop_signal)
+    signal.signal(PARENT_DIED, _on_stop_signal)
+    if parent_pid is None:
+        return
+    _set_parent_death_signal()
+    if os.getppid() != parent_pid:  # the parent died before the signal was set up: nothing to run for
+        raise SystemExit(f"bench.worker: the suite process (PID {parent_pid}) is gone; not starting the run")
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="parent-watch", daemon=True).start()
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    """The first stop signal while training raises :class:`Interrupted`; later ones (or one while the result is
+    being written) are ignored: the worker is already on its way out."""
+    if _interrupts["armed"] and not _interrupts["received"]:
+        _interrupts["received"] = True
+        raise Interrupted(signal.Signals(signum).name)
+
+
+def interruption_message(exc: BaseException) -> str:
+    """Why the run stopped: the runner died (PARENT_DIED), or the suite was interrupted (SIGTERM from the runner)."""
+    if isinstance(exc, Interrupted) and str(exc) == PARENT_DIED.name:
+        return (f"the suite process (PID {_interrupts['parent']}) died during this run and the worker stopped "
+                f"itself; `bench run ... --resume` re-runs it")
+    received = f" (the worker received {exc})" if isinstance(exc, Interrupted) and str(exc) else ""
+    return f"the suite was interrupted during this run{received}; `bench run ... --resume` re-runs it"
+
+
+def _set_parent_death_signal() -> None:
+    """prctl(PR_SET_PDEATHSIG, PARENT_DIED) on Linux; elsewhere nothing (the polling thread covers it)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(PARENT_DIED), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Once a second: if the runner is gone (this process was re-parented), stop like on an interrupt; if that
+    has not ended the process within ORPHAN_GRACE_S (stuck in native code), exit hard."""
+    while os.getppid() == parent_pid:
+        time.sleep(1.0)
+    os.kill(os.getpid(), PARENT_DIED)
+    time.sleep(ORPHAN_GRACE_S)
+    os._exit(143)
 
 
 def _memory_at_failure(telemetry: Any) -> str | None:
@@ -290,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m bench.worker RUN_DIR", file=sys.stderr)
         return 2
+    parent = os.environ.get(PARENT_ENV, "")
+    install_stop_handlers(int(parent) if parent.isdigit() else None)
     return run(Path(args[0]))
 
 

@@ -1,13 +1,25 @@
-"""A failing stage or method never takes the suite down: it becomes a failed cell with its reason."""
+"""A failing stage or method never takes the suite down: it becomes a failed cell with its reason, and the exit
+status says so. --resume reuses only results it can trust; one `bench run` writes a folder at a time.
+
+The first test runs real workers; the others replace the worker with a stand-in that writes a result at once, so
+that what they check (exit statuses, the summary line, resume decisions, the lock) costs seconds.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
-from bench_cli import run_quick_suite
+from bench_cli import run_bench, run_quick_suite
 
 
 def test_failures_are_recorded_and_reported(tmp_path: Path) -> None:
@@ -16,7 +28,11 @@ def test_failures_are_recorded_and_reported(tmp_path: Path) -> None:
     out = tmp_path / "suite"
     proc = run_quick_suite(out, "warm_start.steps=1", "methods.grpo.enabled=false", "methods.grpo_engine.enabled=false",
                            "methods.ppo_verifier.enabled=false", cache_dir=tmp_path / "cache")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 1, proc.stderr[-2000:]  # some runs failed: the report is written all the same
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("3 of 5 runs failed: reward_model (RuntimeError: "), last
+    assert "ppo-s0 (skipped: stage reward_model did not finish)" in last and "dpo-s0 (" in last
+    assert last.endswith(f"report: {out / 'index.html'}"), last
 
     def result(run_id: str) -> dict:
         return json.loads((out / "runs" / run_id / "result.json").read_text())
@@ -61,8 +77,257 @@ def test_resume_refuses_a_changed_spec_and_skips_finished_runs(tmp_path: Path) -
     with pytest.raises(UserError, match="not a suite run folder"):
         prepare_suite_dir(spec, tmp_path / "elsewhere", make_plan(spec), resume=True)
     prepare_suite_dir(spec, suite, make_plan(spec), resume=True)  # the same spec resumes
-    finished = empty_result("warm_start", "stage", "warm_start", "Warm start", "trl", 0)
-    finished["status"] = "ok"
-    write_json_atomic(suite / "runs" / "warm_start" / "result.json", finished)
+    write_json_atomic(suite / "runs" / "warm_start" / "result.json", ok_result("warm_start", "stage"))
     assert is_complete(suite / "runs" / "warm_start")
     assert not is_complete(suite / "runs" / "sample_pool")
+    status_ok_only = empty_result("warm_start", "stage", "warm_start", "Warm start", "trl", 0)
+    status_ok_only["status"] = "ok"  # the skeleton of a run that never ran, marked ok: not a finished run
+    write_json_atomic(suite / "runs" / "warm_start" / "result.json", status_ok_only)
+    assert not is_complete(suite / "runs" / "warm_start")
+
+
+# -- results --resume can trust -------------------------------------------------------------------------------
+def ok_result(run_id: str, kind: str = "method", inputs_hash: str | None = None) -> dict[str, Any]:
+    """A well-formed ok result, as a worker writes one (the fields the schema check reads)."""
+    from bench.results import empty_result
+
+    result = empty_result(run_id, kind, run_id.split("-s")[0], run_id, "suite", 0)
+    result.update(status="ok", started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:00:01+00:00",
+                  throughput={"wall_s": 1.0, "steps": 1}, inputs_hash=inputs_hash)
+    return result
+
+
+def _drop(key: str) -> Callable[[dict], None]:
+    return lambda r: r.pop(key)
+
+
+@pytest.mark.parametrize("break_it, why", [
+    (_drop("throughput"), "missing 'throughput'"),
+    (_drop("memory"), "missing 'memory'"),
+    (_drop("finished_at"), "missing 'finished_at'"),
+    (lambda r: r.update(curves={}), "'curves' is dict"),
+    (lambda r: r.update(seed="0"), "'seed' is str"),
+    (lambda r: r["throughput"].update(wall_s="1.0"), "throughput.wall_s"),
+    (lambda r: r["accuracy"].update(after=[]), "accuracy.after"),
+    (lambda r: r.update(error={"type": "RuntimeError", "message": "x"}), "status ok with an error"),
+    (lambda r: r.update(status="done"), "status 'done'"),
+    (lambda r: r.update(run_id="dpo-s0"), "run_id 'dpo-s0'"),
+])
+def test_a_malformed_ok_result_is_not_complete(tmp_path: Path, break_it: Callable[[dict], None], why: str) -> None:
+    from bench.results import incomplete_reason, is_complete, write_json_atomic
+
+    run_dir = tmp_path / "grpo-s0"
+    result = ok_result("grpo-s0")
+    write_json_atomic(run_dir / "result.json", result)
+    assert is_complete(run_dir)
+    break_it(result)
+    write_json_atomic(run_dir / "result.json", result)
+    assert not is_complete(run_dir)
+    reason = incomplete_reason(run_dir)
+    assert reason is not None and reason.startswith("invalid result") and why in reason, reason
+
+
+def test_an_unreadable_or_truncated_result_is_not_complete(tmp_path: Path) -> None:
+    from bench.results import incomplete_reason
+
+    run_dir = tmp_path / "grpo-s0"
+    run_dir.mkdir()
+    assert incomplete_reason(run_dir) == "no result"
+    text = json.dumps(ok_result("grpo-s0"))
+    (run_dir / "result.json").write_text(text[: len(text) // 2])  # a copy cut short
+    assert incomplete_reason(run_dir) == "result.json unreadable"
+    (run_dir / "result.json").write_text("[1, 2]")
+    assert incomplete_reason(run_dir).startswith("invalid result (not a JSON object")
+
+
+def test_a_result_from_other_inputs_is_not_complete(tmp_path: Path) -> None:
+    from bench.results import incomplete_reason, write_json_atomic
+
+    run_dir = tmp_path / "grpo-s0"
+    write_json_atomic(run_dir / "result.json", ok_result("grpo-s0", inputs_hash="abc"))
+    assert incomplete_reason(run_dir, "abc") is None
+    assert incomplete_reason(run_dir, "def") == "its inputs changed (a stage it reads was re-run)"
+
+
+class FakeWorkers:
+    """Stands in for bench.runner.launch_worker: writes the result a worker would, at once, and counts launches.
+
+    ``fail`` maps run ids to the message of a RuntimeError the run "raises".
+    """
+
+    def __init__(self, fail: dict[str, str] | None = None) -> None:
+        self.fail = fail or {}
+        self.launched: list[str] = []
+
+    def __call__(self, run_dir: Path, progress: Any, env: Any = None, stopper: Any = None) -> int:
+        from bench.results import write_json_atomic
+        from bench.worker import MESSAGE_LIMIT, RUN_FILE, failure_record
+
+        job = json.loads((run_dir / RUN_FILE).read_text())
+        self.launched.append(job["run_id"])
+        result = ok_result(job["run_id"], job["kind"], job["inputs_hash"])
+        result["throughput"]["wall_s"] = time.perf_counter()  # as in a real result: no two runs write the same
+        if job["run_id"] in self.fail:
+            result.update(status="failed", error=failure_record(RuntimeError(self.fail[job["run_id"]]), None))
+            assert len(result["error"]["message"]) <= MESSAGE_LIMIT + 30
+        write_json_atomic(run_dir / "result.json", result)
+        return 0 if result["status"] == "ok" else 1
+
+
+@pytest.fixture()
+def fake_suite(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[Any, str, FakeWorkers]]:
+    """run(suite_dir, resume=False, fail=None) -> (SuiteOutcome, console text, FakeWorkers): run_suite on cpu-quick
+    with stand-in workers and a stand-in report (the report has its own tests)."""
+    import bench.report
+    import bench.runner
+    from bench.spec import load_spec
+
+    def fake_report(suite_dir: Path) -> Path:
+        (Path(suite_dir) / "index.html").write_text("report")
+        return Path(suite_dir) / "index.html"
+
+    monkeypatch.setattr(bench.report, "build_report", fake_report)
+    spec = load_spec("cpu-quick")
+
+    def run(suite_dir: Path, resume: bool = False, fail: dict[str, str] | None = None):
+        workers = FakeWorkers(fail)
+        monkeypatch.setattr(bench.runner, "launch_worker", workers)
+        stream = io.StringIO()
+        outcome = bench.runner.run_suite(spec, suite_dir, resume=resume, stream=stream)
+        return outcome, stream.getvalue(), workers
+
+    return run
+
+
+def test_a_clean_suite_exits_0_and_resume_reruns_nothing(tmp_path: Path, fake_suite: Callable) -> None:
+    outcome, console, workers = fake_suite(tmp_path / "s")
+    assert outcome.exit_code == 0 and len(workers.launched) == 8
+    assert console.strip().splitlines()[-1].startswith("all 8 runs ok in ")
+    state = json.loads((tmp_path / "s" / "suite.json").read_text())["last_run"]
+    assert state["exit_status"] == 0 and state["state"] == "complete"
+    assert not (tmp_path / "s" / ".lock").exists()  # released
+    outcome, console, workers = fake_suite(tmp_path / "s", resume=True)
+    assert outcome.exit_code == 0 and workers.launched == []
+    assert console.count("already complete, skipped (--resume)") == 8
+
+
+def test_failed_and_skipped_runs_exit_1_with_capped_reasons(tmp_path: Path, fake_suite: Callable) -> None:
+    long_reason = "the pool has no pairs " + "x" * 5000
+    outcome, console, workers = fake_suite(tmp_path / "s", fail={"reward_model": long_reason, "dpo-s0": "boom"})
+    assert outcome.exit_code == 1
+    assert "ppo-s0" not in workers.launched  # skipped: it reads the reward model
+    last = console.strip().splitlines()[-1]
+    assert last == outcome.summary
+    assert last.startswith("3 of 8 runs failed: reward_model (RuntimeError: the pool has no pairs xxx"), last
+    assert "… (" in last and " more characters)" in last and len(last) < 700  # console: 300 characters a reason
+    assert "ppo-s0 (skipped: stage reward_model did not finish)" in last and "dpo-s0 (RuntimeError: boom)" in last
+    stored = json.loads((tmp_path / "s" / "runs" / "reward_model" / "result.json").read_text())["error"]["message"]
+    assert stored.startswith("the pool has no pairs") and stored.endswith(f"… ({len(long_reason) - 2000} more "
+                                                                          f"characters)")
+
+
+def test_a_stage_rerun_makes_its_consumers_rerun(tmp_path: Path, fake_suite: Callable) -> None:
+    suite = tmp_path / "s"
+    fake_suite(suite)
+    pool = suite / "runs" / "sample_pool" / "result.json"
+    broken = json.loads(pool.read_text())
+    del broken["throughput"]  # an ok result of the wrong shape: invalid, so the stage runs again
+    pool.write_text(json.dumps(broken))
+    outcome, console, workers = fake_suite(suite, resume=True)
+    assert outcome.exit_code == 0
+    assert "[2/8] sample_pool: re-running: invalid result (missing 'throughput')" in console
+    # The reward model read the pool, PPO the reward model, DPO the pool: all re-run; the others did not.
+    assert workers.launched == ["sample_pool", "reward_model", "ppo-s0", "dpo-s0"]
+    assert "ppo-s0: re-running: its inputs changed" in console
+    outcome, _, workers = fake_suite(suite, resume=True)
+    assert workers.launched == []  # and now everything is consistent again
+
+
+def test_a_worker_failure_message_is_one_capped_line() -> None:
+    from bench.worker import MESSAGE_LIMIT, Interrupted, failure_record
+
+    record = failure_record(RuntimeError("CUDA out of memory.\n  Tried to allocate 2 GiB\n" + "y" * 3000), None)
+    assert record["type"] == "RuntimeError" and "\n" not in record["message"]
+    assert record["message"].startswith("CUDA out of memory. Tried to allocate 2 GiB yyy")
+    assert len(record["message"]) <= MESSAGE_LIMIT + len("… (99999 more characters)")
+    assert record["message"].endswith(" more characters)")
+    assert failure_record(Interrupted("stopped"), None)["type"] == "Interrupted"
+    assert failure_record(KeyboardInterrupt(), None)["type"] == "Interrupted"
+
+
+# -- one writer per folder ------------------------------------------------------------------------------------
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def _write_lock(suite: Path, pid: int) -> None:
+    (suite / ".lock").write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "started_at": "earlier"}))
+
+
+def _resume_refusal(suite: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    proc = run_bench("run", "--preset", "cpu-quick", "--out", str(suite), "--resume", cache_dir=tmp_path / "cache",
+                     timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error: ") and "being written by another bench run" in \
+        lines[0], proc.stderr
+    assert not (suite / "runs").exists()  # nothing started
+    return proc
+
+
+def test_a_live_lock_refuses_a_second_run_with_one_line(tmp_path: Path) -> None:
+    from bench.plan import make_plan
+    from bench.runner import prepare_suite_dir
+    from bench.spec import load_spec
+
+    spec = load_spec("cpu-quick")
+    suite = tmp_path / "s"
+    prepare_suite_dir(spec, suite, make_plan(spec), resume=False)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        _write_lock(suite, holder.pid)  # a live PID on this host
+        proc = _resume_refusal(suite, tmp_path)
+        assert f"PID {holder.pid} on {socket.gethostname()}" in proc.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    # A holder with the flock held refuses too, whatever PID the file names (here a dead one).
+    _write_lock(suite, _dead_pid())
+    flock_holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1]); "
+                                     "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
+                                     str(suite / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert flock_holder.stdout.readline().strip() == "held"
+        _resume_refusal(suite, tmp_path)
+    finally:
+        flock_holder.kill()
+        flock_holder.wait()
+
+
+def test_a_stale_lock_is_taken_over_with_a_note(tmp_path: Path, fake_suite: Callable) -> None:
+    suite = tmp_path / "s"
+    fake_suite(suite)
+    dead = _dead_pid()
+    _write_lock(suite, dead)
+    outcome, console, _ = fake_suite(suite, resume=True)
+    assert outcome.exit_code == 0
+    assert f"note: took over a stale lock in {suite.resolve()} (PID {dead} on {socket.gethostname()} is not running)" \
+        in console
+    assert not (suite / ".lock").exists()
+
+
+def test_a_lock_is_exclusive_within_one_process_too(tmp_path: Path) -> None:
+    from bench.errors import UserError
+    from bench.runner import SuiteLock
+
+    first, second = SuiteLock(tmp_path), SuiteLock(tmp_path)
+    first.acquire(io.StringIO())
+    assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
+    with pytest.raises(UserError, match="being written by another bench run"):
+        second.acquire(io.StringIO())
+    first.release()
+    second.acquire(io.StringIO())  # free again
+    second.release()
+    assert not (tmp_path / ".lock").exists()
