@@ -354,9 +354,10 @@ def cap_text(text: str, limit: int) -> str:
 
     Failure reasons can embed whole logs; the full text stays in the run's worker.log / traceback.txt.
     """
+    text = str(text)
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
 
 
 def empty_result(run_id: str, kind: str, method: str, label: str, engine: str, seed: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench import results
 from bench.stats import wilson_interval
 
 if TYPE_CHECKING:  # load.py imports this module to build its DataFrame; the type is all fmt needs from it
@@ -29,11 +30,8 @@ full text stays in the run's result.json and worker.log. A 1 MB completion would
 
 
 def cap_text(text: str, limit: int = TEXT_LIMIT) -> str:
-    """``text`` cut to ``limit`` characters, with "… (N more characters)" saying how much was left out."""
-    text = str(text)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+    """``text`` cut to ``limit`` characters (bench.results.cap_text), the report's default limit."""
+    return results.cap_text(text, limit)
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
