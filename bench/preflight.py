@@ -277,15 +277,8 @@ def check_hub_model(spec: Spec) -> None:
     name = spec.model.name_or_path
     if spec.model.source != "hub" or not name or Path(name).expanduser().is_dir():
         return
-    if _model_cached(name):
-        return
-    fix = "download it and use model.source=path model.name_or_path=/local/folder"
-    if hub_offline("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        raise UserError(f"model '{name}' is not in the local Hugging Face cache and the hub is switched off "
-                        f"(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE); {fix}")
-    problem = _hub_problem(name, "model")
-    if problem:
-        raise UserError(f"model '{name}' {problem}; {fix}")
+    _require_hub_copy(name, "model", _model_cached, ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"),
+                      "download it and use model.source=path model.name_or_path=/local/folder")
 
 
 def check_hub_dataset(spec: Spec) -> None:
@@ -293,15 +286,20 @@ def check_hub_dataset(spec: Spec) -> None:
     path = spec.task.path
     if spec.task.source != "gsm8k" or not path or _looks_local(path):
         return
-    if _dataset_cached(path):
+    _require_hub_copy(path, "dataset", _dataset_cached, ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"),
+                      "download it and set task.path=/local/gsm8k (a local .jsonl/.parquet file or folder)")
+
+
+def _require_hub_copy(repo_id: str, repo_type: str, cached: Any, offline_vars: tuple[str, ...], fix: str) -> None:
+    """UserError unless ``repo_id`` is cached locally or, with the hub switched on, answers one quick request."""
+    if cached(repo_id):
         return
-    fix = "download it and set task.path=/local/gsm8k (a local .jsonl/.parquet file or folder)"
-    if hub_offline("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        raise UserError(f"dataset '{path}' is not in the local Hugging Face cache and the hub is switched off "
-                        f"(HF_HUB_OFFLINE/HF_DATASETS_OFFLINE); {fix}")
-    problem = _hub_problem(path, "dataset")
+    if hub_offline(*offline_vars):
+        raise UserError(f"{repo_type} '{repo_id}' is not in the local Hugging Face cache and the hub is switched off "
+                        f"({'/'.join(offline_vars)}); {fix}")
+    problem = _hub_problem(repo_id, repo_type)
     if problem:
-        raise UserError(f"dataset '{path}' {problem}; {fix}")
+        raise UserError(f"{repo_type} '{repo_id}' {problem}; {fix}")
 
 
 def hub_offline(*names: str) -> bool:
