@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
 import shutil
 import sys
@@ -46,8 +47,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     preflight(spec, suite_dir)  # seconds now rather than a failed stage after minutes of loading
     print(f"writing to {suite_dir}", file=sys.stderr)
-    outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(),
-                        resume_command=resume_command(args.preset, suite_dir, args.overrides))
+    resume = resume_command(args.preset, suite_dir, args.overrides)
+    try:
+        outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(), resume_command=resume)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # Results are written atomically, so every finished run is intact; say what to do, not a traceback.
+        print(f"bench: error: no space left on the disk holding {suite_dir} ({exc.strerror}); finished results "
+              f"are kept; free space there and resume with: {resume}", file=sys.stderr)
+        return 1
     return outcome.exit_code
 
 

@@ -223,3 +223,26 @@ def test_a_worker_that_ignores_sigterm_is_killed_with_its_children() -> None:
     assert stubborn.wait(timeout=KILL_AFTER_S + 10) == -signal.SIGKILL
     assert KILL_AFTER_S - 0.5 <= time.monotonic() - started
     assert_gone([child], within=5)
+
+
+def test_a_full_disk_during_the_run_is_one_line_with_the_resume_command(tmp_path, monkeypatch, capsys):
+    """ENOSPC while the suite runs (simulated: the runner raises it) ends with one line, exit 1, and the resume
+    command; nothing is deleted (result files are written atomically, so finished ones stay whole)."""
+    import errno as _errno
+
+    import bench.preflight
+    import bench.runner
+    from bench.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(_errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(bench.runner, "run_suite", full)
+    monkeypatch.setattr(bench.preflight, "preflight", lambda spec, suite_dir: None)
+    out = tmp_path / "suite"
+    code = main(["run", "--preset", "cpu-quick", "--out", str(out), "train.steps=2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith("bench: error: no space left on the disk holding")
+    assert f"--out {out.resolve()} --resume train.steps=2" in err[-1]
+    assert not any("Traceback" in line for line in err)
