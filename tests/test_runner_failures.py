@@ -222,7 +222,7 @@ def test_failed_and_skipped_runs_exit_1_with_capped_reasons(tmp_path: Path, fake
     assert "… (" in last and " more characters)" in last and len(last) < 700  # console: 300 characters a reason
     assert "ppo-s0 (skipped: stage reward_model did not finish)" in last and "dpo-s0 (RuntimeError: boom)" in last
     stored = json.loads((tmp_path / "s" / "runs" / "reward_model" / "result.json").read_text())["error"]["message"]
-    assert stored.startswith("the pool has no pairs") and stored.endswith(f"… ({len(long_reason) - 2000} more "
+    assert stored.startswith("the pool has no pairs") and stored.endswith(f"… ({len(long_reason) - 2000:,} more "
                                                                           f"characters)")
 
 
