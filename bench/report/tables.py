@@ -79,14 +79,18 @@ def weight_change_warnings(suite: Suite) -> list[str]:
     return out
 
 
+NOT_RECORDED = "n/a"
+"""A setting the method does not have (not recorded), as opposed to a recorded empty value (the dash)."""
+
+
 def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
     """The per-method settings as (header, rows): one row per setting key, one column per method label.
 
     Seeds of one method share their settings, so columns are labels, taken from the first run that recorded
-    any. Keys whose value is the same for every method are kept (they are what the preset declared) but sorted
-    after the keys that really differ, so the eye lands on the differences first. ``precision`` and
-    ``generation`` have tables of their own and are left out; any other nested setting is opened up into
-    dotted keys (``optim.betas``), so no cell is a JSON blob.
+    any. Keys whose value is the same for every method that records them are kept (they are what the preset
+    declared) but sorted after the keys that really differ, so the eye lands on the differences first; a method
+    without the key shows "n/a". ``precision`` and ``generation`` have tables of their own and are left out; any
+    other nested setting is opened up into dotted keys (``optim.betas``), so no cell is a JSON blob.
     """
     per_label: dict[str, dict[str, Any]] = {}
     for run in suite.methods:
@@ -98,11 +102,16 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
         return [], []
     keys = list(dict.fromkeys(k for lbl in labels for k in per_label[lbl]))
 
+    def cell(label: str, key: str) -> str:
+        return fmt.cell_text(per_label[label][key]) if key in per_label[label] else NOT_RECORDED
+
     def differs(key: str) -> bool:
-        return len({fmt.cell_text(per_label[lbl].get(key)) for lbl in labels}) > 1
+        # A method that does not record a setting has no value to differ with (TRL's GRPO has no ppo_epochs):
+        # only the methods that recorded it are compared.
+        return len({cell(lbl, key) for lbl in labels if key in per_label[lbl]}) > 1
 
     keys.sort(key=lambda k: not differs(k))  # stable: keeps recorded order within each group
-    rows = [[key] + [fmt.cell_text(per_label[lbl].get(key)) for lbl in labels] for key in keys]
+    rows = [[key] + [cell(lbl, key) for lbl in labels] for key in keys]
     return ["setting", *labels], rows
 
 
