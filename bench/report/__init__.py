@@ -18,7 +18,8 @@ from pathlib import Path
 from bench.report.figures import FigureInfo, build_figures
 from bench.report.html import write_html
 from bench.report.load import CSV_COLUMNS, Suite, load_suite, results_frame
-from bench.report.tables import write_csv, write_summary
+from bench.report.summary import write_summary
+from bench.report.tables import write_csv
 
 FIGURES_DIR = "figures"
 

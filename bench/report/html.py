@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from bench.report import fmt, tables
+from bench.report import fmt, summary, tables
 from bench.report import phases as phase_times
 from bench.report.figures import FigureInfo
 from bench.report.load import Suite
@@ -286,8 +286,8 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         description=fmt.cap_text(suite.description),
         toc=_toc(detail, figures, has),
         missing=fmt.MISSING,
-        headline_columns=tables.HEADLINE_COLUMNS,
-        headline=tables.headline_rows(suite),
+        headline_columns=summary.HEADLINE_COLUMNS,
+        headline=summary.headline_rows(suite),
         weight_warnings=tables.weight_change_warnings(suite),
         detail=detail,
         intros=tables.INTROS,
