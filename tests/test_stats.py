@@ -128,3 +128,72 @@ def test_percentile_linear_interpolation() -> None:
         stats.percentile(xs, 101)
     with pytest.raises(ValueError):
         stats.percentile([], 50)
+
+
+# --- Holm adjustment -----------------------------------------------------------------------------------
+def test_holm_adjust_by_hand() -> None:
+    # m = 4. Sorted: 0.005 x 4 = 0.02; 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised to the running
+    # maximum 0.06 (step-down keeps the order). Back in input order: [0.03, 0.06, 0.06, 0.02].
+    assert stats.holm_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # Capped at 1: 0.4 x 3 = 1.2 -> 1; 0.5 x 2 = 1.0; 0.9 x 1 = 0.9 -> running max 1.0.
+    assert stats.holm_adjust([0.5, 0.4, 0.9]) == [1.0, 1.0, 1.0]
+    # None (a test that could not run) stays None and is not counted: m = 2, 0.02 x 2 = 0.04, 0.03 x 1 -> 0.04.
+    assert stats.holm_adjust([0.03, None, 0.02]) == pytest.approx([0.04, None, 0.04])
+    assert stats.holm_adjust([]) == []
+    assert stats.holm_adjust([0.2]) == [0.2]  # a family of one is not adjusted
+    with pytest.raises(ValueError):
+        stats.holm_adjust([1.5])
+
+
+# --- Student t -----------------------------------------------------------------------------------------
+def test_student_t_cdf_against_closed_forms() -> None:
+    # df = 1 is the Cauchy distribution: F(t) = 1/2 + atan(t)/pi; F(1) = 0.75.
+    assert stats.student_t_cdf(1.0, 1) == pytest.approx(0.75, abs=1e-12)
+    # df = 2: F(t) = 1/2 + t / (2 sqrt(2 + t^2)); F(1) = 1/2 + 1/(2 sqrt 3) = 0.7886751345948129.
+    assert stats.student_t_cdf(1.0, 2) == pytest.approx(0.7886751345948129, abs=1e-12)
+    assert stats.student_t_cdf(-1.0, 2) == pytest.approx(1 - 0.7886751345948129, abs=1e-12)
+    assert stats.student_t_cdf(0.0, 7) == pytest.approx(0.5)
+    assert stats.student_t_cdf(float("inf"), 3) == 1.0 and stats.student_t_cdf(float("-inf"), 3) == 0.0
+    # Large df approaches the normal: F(1.96) -> 0.9750021.
+    assert stats.student_t_cdf(1.96, 1e6) == pytest.approx(0.9750021, abs=1e-6)
+
+
+def test_student_t_quantiles_match_tables() -> None:
+    # Two-sided 5% critical values from any t table: df 1 -> 12.706, 2 -> 4.303, 4 -> 2.776, 30 -> 2.042.
+    # df = 2 in closed form: u = 2q - 1 = 0.95, t = u sqrt(2 / (1 - u^2)) = 4.302653.
+    assert stats.student_t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-6)
+    assert stats.student_t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert stats.student_t_quantile(0.975, 4) == pytest.approx(2.7764, abs=1e-4)
+    assert stats.student_t_quantile(0.975, 30) == pytest.approx(2.0423, abs=1e-4)
+    assert stats.student_t_quantile(0.025, 4) == pytest.approx(-2.7764, abs=1e-4)
+
+
+def test_paired_t_test_by_hand() -> None:
+    # Seeds' accuracies A = [0.6, 0.5, 0.7], B = [0.5, 0.45, 0.55]: d = [0.1, 0.05, 0.15], mean 0.1,
+    # sd = sqrt((0 + 0.0025 + 0.0025) / 2) = 0.05, se = 0.05 / sqrt 3 = 0.0288675, t = 3.4641016, df = 2.
+    # df = 2 CDF: 1/2 + t / (2 sqrt(2 + t^2)) = 1/2 + 3.4641016 / 7.4833148 = 0.9629100; p = 2 (1 - F) = 0.0741799.
+    # Interval: 0.1 ± 4.302653 x 0.0288675 = 0.1 ± 0.1242069.
+    out = stats.paired_t_test([0.6, 0.5, 0.7], [0.5, 0.45, 0.55])
+    assert (out["n"], out["df"]) == (3, 2)
+    assert out["mean_diff"] == pytest.approx(0.1) and out["sd_diff"] == pytest.approx(0.05)
+    assert out["t"] == pytest.approx(3.4641016, abs=1e-6)
+    assert out["p_value"] == pytest.approx(0.0741799, abs=1e-6)
+    assert out["low"] == pytest.approx(0.1 - 0.1242069, abs=1e-6)
+    assert out["high"] == pytest.approx(0.1 + 0.1242069, abs=1e-6)
+
+
+def test_paired_t_test_degenerate_cases() -> None:
+    one = stats.paired_t_test([0.6], [0.5])  # one seed: a difference but no spread to judge it by
+    assert one["mean_diff"] == pytest.approx(0.1) and one["p_value"] is None and one["t"] is None
+    same = stats.paired_t_test([0.5, 0.6], [0.5, 0.6])  # identical runs (the control arm against its start)
+    assert same["p_value"] == 1.0 and same["low"] == same["high"] == 0.0
+    shifted = stats.paired_t_test([0.6, 0.7], [0.5, 0.6])  # every seed exactly 0.1 apart: zero spread
+    assert shifted["p_value"] == 0.0 and shifted["t"] == float("inf")
+    with pytest.raises(ValueError):
+        stats.paired_t_test([0.1, 0.2], [0.1])
+
+
+def test_mean_sd() -> None:
+    # [2, 4, 6]: mean 4, sd = sqrt((4 + 0 + 4) / 2) = 2.
+    assert stats.mean_sd([2, 4, 6]) == (4.0, 2.0)
+    assert stats.mean_sd([3]) == (3.0, None)
