@@ -6,7 +6,7 @@ functions equals `score_completion`'s ``total`` for the same completion and toke
 
 Reward per completion (unitless):
     total = accuracy_weight * accuracy + format_weight * format - length_penalty * max(0, n_tokens - length_threshold)
-where accuracy is 1.0 when the strict-mode answer equals the gold number (`bench.verifier.is_correct`) and
+where accuracy is 1.0 when the suite-strict answer equals the gold number (`bench.verifier.is_correct`) and
 format is 1.0 when the completion is ``<think>...</think> <answer>...</answer>`` (`bench.verifier.has_format`).
 """
 
@@ -20,7 +20,7 @@ from bench.verifier import extract_answer, has_format, is_correct
 
 
 def score_completion(completion: str, gold: str, n_tokens: int, accuracy_weight: float, format_weight: float,
-                     length_threshold: int, length_penalty: float, *, mode: str = "strict") -> dict[str, float]:
+                     length_threshold: int, length_penalty: float, *, mode: str = "suite-strict") -> dict[str, float]:
     """Reward of one completion and its parts.
 
     Args:
@@ -30,7 +30,7 @@ def score_completion(completion: str, gold: str, n_tokens: int, accuracy_weight:
         accuracy_weight / format_weight: reward for a correct answer / for the right format.
         length_threshold: tokens allowed before the length penalty starts.
         length_penalty: reward lost per token past ``length_threshold``.
-        mode: answer extraction mode for accuracy (`bench.verifier.MODES`); training uses ``strict``.
+        mode: answer extraction mode for accuracy (`bench.verifier.MODES`); training uses ``suite-strict``.
 
     Returns ``{"total", "accuracy", "format", "length_penalty"}``: ``accuracy`` and ``format`` are 0.0 or
     1.0 (unweighted); ``length_penalty`` is the non-negative amount subtracted (already multiplied by the
@@ -115,8 +115,8 @@ _CHAR_RUN = 20
 
 
 def is_empty_answer(completion: Any) -> bool:
-    """True when no answer can be extracted in strict mode (no ``<answer>`` number, ``####``, ...)."""
-    return extract_answer(completion_text(completion), "strict") is None
+    """True when no answer can be extracted in suite-strict mode (no ``<answer>`` number, ``####``, ...)."""
+    return extract_answer(completion_text(completion), "suite-strict") is None
 
 
 def _word_loop(words: list[str], ngram: int, threshold: int) -> bool:

@@ -113,7 +113,7 @@ def train(ctx: RunContext) -> TrainOutcome:
                 completions, tokens = sample(policy, tokenizer, [r["prompt"] for r in batch], n, settings)
             with ctx.telemetry.phase("reward"):
                 for row, texts in zip(batch, completions):
-                    correct = [is_correct(t, row["answer"], "strict") for t in texts]
+                    correct = [is_correct(t, row["answer"], "suite-strict") for t in texts]
                     entry = pool_entry(row, texts, correct, pool_spec.pairs)
                     handle.write(json.dumps(entry) + "\n")
                     counts["pairs"] += entry_pair(entry) is not None

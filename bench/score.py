@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.errors import UserError
 from bench.tasks import gold_number
-from bench.verifier import MODES, extract_answer, normalize_number
+from bench.verifier import HEADLINE_MODE, MODE_ALIASES, MODES, judge, normalize_number, resolve_mode
 
 
 def _gold(value: object, path: Path, line: int, field: str) -> str:
@@ -46,8 +46,10 @@ def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
     number in ``path``. Raises UserError (one line, with the line number) for a missing file, a line that is
     not a JSON object, a missing field, a gold that is not a number, or an unknown ``mode``.
     """
-    if mode not in MODES:
-        raise UserError(f"unknown --mode '{mode}'; use one of {', '.join(MODES)}")
+    try:
+        mode = resolve_mode(mode)
+    except ValueError:
+        raise UserError(f"unknown --mode '{mode}'; use one of {', '.join(MODES)}") from None
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: file not found; give a JSON Lines file of completions")
@@ -74,8 +76,10 @@ def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
                 raise UserError(f"{path}:{number}: completion field '{completion_field}' must be a string, "
                                 f"got {type(completion).__name__}")
             gold = _gold(row[gold_field], path, number, gold_field)
-            extracted = extract_answer(completion, mode)
-            ok = extracted == gold
+            # lm-eval compares against the gold text as written (its reference is the whole worked answer);
+            # the suite's modes against its number.
+            reference = str(row[gold_field]) if mode.startswith("lmeval-") else gold
+            extracted, ok = judge(completion, reference, mode)
             correct += ok
             total += 1
             verdicts.append({"line": number, "extracted": extracted, "gold": gold, "correct": ok})
@@ -94,7 +98,7 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="JSON Lines file, one object per line")
     parser.add_argument("--completion-field", required=True, help="field holding the generated text")
     parser.add_argument("--gold-field", required=True, help="field holding the gold number or a '#### N' answer")
-    parser.add_argument("--mode", choices=MODES, default="strict",
+    parser.add_argument("--mode", choices=(*MODES, *MODE_ALIASES), default=HEADLINE_MODE,
                         help="strict: answer tags / #### / 'The answer is' / \\boxed only; "
                              "flexible: also the last number")
     parser.add_argument("--verdicts", type=Path, default=None, help="write one JSON verdict per line here")

@@ -44,9 +44,9 @@ def test_score_completion_other_weights() -> None:
     assert got["length_penalty"] == pytest.approx(0.5)
 
 
-def test_score_completion_accuracy_is_strict_by_default() -> None:
+def test_score_completion_accuracy_is_suite_strict_by_default() -> None:
     assert score_completion("it is 19", "19", 5, **WEIGHTS)["accuracy"] == 0.0
-    assert score_completion("it is 19", "19", 5, **WEIGHTS, mode="flexible")["accuracy"] == 1.0
+    assert score_completion("it is 19", "19", 5, **WEIGHTS, mode="suite-flexible")["accuracy"] == 1.0
 
 
 # --- TRL reward functions -----------------------------------------------------------------------------

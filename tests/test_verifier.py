@@ -1,10 +1,11 @@
-"""bench.verifier: number normalisation, answer extraction (strict / flexible), correctness and format."""
+"""bench.verifier: number normalisation, answer extraction (the suite's modes and lm-eval's), correctness and format."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.verifier import MODES, extract_answer, has_format, is_correct, normalize_number
+from bench.verifier import (HEADLINE_MODE, MODE_DESCRIPTIONS, MODES, extract_answer, has_format, is_correct, judge,
+                            lmeval_normalize, normalize_number, resolve_mode)
 
 # --- normalize_number ---------------------------------------------------------------------------------
 
@@ -137,13 +138,19 @@ EXTRACT_CASES = [
 
 @pytest.mark.parametrize(("text", "strict", "flexible"), EXTRACT_CASES)
 def test_extract_answer(text: str, strict: str | None, flexible: str | None) -> None:
-    assert extract_answer(text, "strict") == strict
-    assert extract_answer(text, "flexible") == flexible
+    assert extract_answer(text, "suite-strict") == strict
+    assert extract_answer(text, "suite-flexible") == flexible
 
 
-def test_extract_answer_default_mode_is_strict() -> None:
+def test_extract_answer_default_mode_is_suite_strict() -> None:
     assert extract_answer("the total is 5") is None
+    assert extract_answer("the total is 5", "suite-flexible") == "5"
+
+
+def test_old_mode_names_are_aliases_of_the_suite_modes() -> None:
+    assert resolve_mode("strict") == "suite-strict" and resolve_mode("flexible") == "suite-flexible"
     assert extract_answer("the total is 5", "flexible") == "5"
+    assert extract_answer("the total is 5", "strict") is None
 
 
 @pytest.mark.parametrize("mode", ["", "Strict", "loose", "exact"])
@@ -153,26 +160,28 @@ def test_extract_answer_unknown_mode_raises(mode: str) -> None:
 
 
 def test_modes_constant() -> None:
-    assert MODES == ("strict", "flexible")
+    assert MODES == ("suite-strict", "suite-flexible", "lmeval-strict", "lmeval-flexible")
+    assert HEADLINE_MODE in MODES
+    assert set(MODE_DESCRIPTIONS) == set(MODES) and all(MODE_DESCRIPTIONS.values())
 
 
 # --- is_correct ---------------------------------------------------------------------------------------
 
 CORRECT_CASES = [
-    ("<answer>18</answer>", "18", "strict", True),
-    ("<answer>18.00</answer>", "18", "strict", True),
-    ("<answer>$18</answer>", "18", "strict", True),
-    ("<answer>1000</answer>", "1,000", "strict", True),
-    ("<answer>17</answer>", "18", "strict", False),
-    ("<answer>18.5</answer>", "18", "strict", False),
-    ("the result is 18", "18", "strict", False),
-    ("the result is 18", "18", "flexible", True),
-    ("<answer>-3</answer>", "-3", "strict", True),
-    ("<answer>3</answer>", "-3", "strict", False),
-    ("<answer>١٨</answer>", "18", "flexible", False),
-    ("<answer>12345678901234567891</answer>", "12345678901234567890", "strict", False),
-    ("<answer>12345678901234567890</answer>", "12,345,678,901,234,567,890", "strict", True),
-    ("", "0", "flexible", False),
+    ("<answer>18</answer>", "18", "suite-strict", True),
+    ("<answer>18.00</answer>", "18", "suite-strict", True),
+    ("<answer>$18</answer>", "18", "suite-strict", True),
+    ("<answer>1000</answer>", "1,000", "suite-strict", True),
+    ("<answer>17</answer>", "18", "suite-strict", False),
+    ("<answer>18.5</answer>", "18", "suite-strict", False),
+    ("the result is 18", "18", "suite-strict", False),
+    ("the result is 18", "18", "suite-flexible", True),
+    ("<answer>-3</answer>", "-3", "suite-strict", True),
+    ("<answer>3</answer>", "-3", "suite-strict", False),
+    ("<answer>١٨</answer>", "18", "suite-flexible", False),
+    ("<answer>12345678901234567891</answer>", "12345678901234567890", "suite-strict", False),
+    ("<answer>12345678901234567890</answer>", "12,345,678,901,234,567,890", "suite-strict", True),
+    ("", "0", "suite-flexible", False),
 ]
 
 
@@ -181,10 +190,69 @@ def test_is_correct(completion: str, gold: str, mode: str, expected: bool) -> No
     assert is_correct(completion, gold, mode) is expected
 
 
-@pytest.mark.parametrize("gold", ["", "abc", "NaN", "#### 18"])
+@pytest.mark.parametrize("gold", ["", "abc", "NaN", "#### eighteen"])
 def test_is_correct_rejects_non_numeric_gold(gold: str) -> None:
     with pytest.raises(ValueError, match="not a number"):
         is_correct("<answer>18</answer>", gold)
+
+
+def test_is_correct_reads_a_worked_gold_answer() -> None:
+    assert is_correct("<answer>1000</answer>", "10*100=<<10*100=1000>>1000\n#### 1,000")
+    assert not is_correct("<answer>100</answer>", "10*100=<<10*100=1000>>1000\n#### 1,000")
+
+
+# --- lm-evaluation-harness modes ------------------------------------------------------------------------
+# Expected verdicts worked by hand from lm-eval's gsm8k.yaml filters and exact_match (see bench.verifier):
+# strict takes the FIRST "#### N" with N in [-0-9.,]; flexible the LAST match of "(-?[$0-9.,]{2,})|(-?[0-9]+)";
+# both then drop ",", "$", everything up to the last "#### " and one final "." before comparing strings.
+GOLD_5 = "She has 2+3=<<2+3=5>>5 apples.\n#### 5"
+GOLD_1000 = "10*100=<<10*100=1000>>1000\n#### 1,000"
+GOLD_NEG = "3-8=<<3-8=-5>>-5\n#### -5"
+
+# (completion, gold, lmeval-strict extracted, strict correct, lmeval-flexible extracted, flexible correct)
+LMEVAL_CASES = [
+    ("#### 5", GOLD_5, "5", True, "5", True),
+    ("#### 5.", GOLD_5, "5.", True, "5.", True),  # a final period is ignored
+    ("#### $5", GOLD_5, None, False, "$5", True),  # "$" is not in strict's class: [invalid]; flexible keeps "$5"
+    ("#### 5.0", GOLD_5, "5.0", False, "5.0", False),  # strings: "5.0" is not "5" (the suite says equal)
+    ("#### 4\n#### 5", GOLD_5, "4", False, "5", True),  # strict: the first ####; flexible: the last number
+    ("#### 1,000", GOLD_1000, "1,000", True, "1,000", True),  # commas removed on both sides
+    ("#### 1000", GOLD_1000, "1000", True, "1000", True),
+    ("#### 1,0,0,0", GOLD_1000, "1,0,0,0", True, "1,0,0,0", True),  # every comma goes, grouped or not
+    ("#### -5", GOLD_NEG, "-5", True, "-5", True),
+    ("#### 5", GOLD_NEG, "5", False, "5", False),
+    ("", GOLD_5, None, False, None, False),  # empty completion: [invalid]
+    ("I have no idea.", GOLD_5, None, False, None, False),
+    ("2+3 is 5, I think 7 is 5", GOLD_5, None, False, "5", True),  # flexible takes the last number
+    ("It is 5 not 12", GOLD_5, None, False, "12", False),
+    ("The answer is 5.", GOLD_5, None, False, "5.", True),  # "5." matches the {2,} group
+    ("####5", GOLD_5, None, False, "5", True),  # strict needs "#### " with the space
+    ("#### 5 apples", GOLD_5, "5", True, "5", True),
+    ("<answer>5</answer>", GOLD_5, None, False, "5", True),
+]
+
+
+@pytest.mark.parametrize(("text", "gold", "strict", "strict_ok", "flexible", "flexible_ok"), LMEVAL_CASES)
+def test_lmeval_modes(text: str, gold: str, strict: str | None, strict_ok: bool, flexible: str | None,
+                      flexible_ok: bool) -> None:
+    assert judge(text, gold, "lmeval-strict") == (strict, strict_ok)
+    assert judge(text, gold, "lmeval-flexible") == (flexible, flexible_ok)
+
+
+def test_lmeval_normalize_is_exact_match_with_the_gsm8k_ignore_regexes() -> None:
+    assert lmeval_normalize(GOLD_1000) == "1000"  # everything up to the last "#### " goes
+    assert lmeval_normalize("$1,000.") == "1000"
+    assert lmeval_normalize("5..") == "5."  # only one final period
+    assert lmeval_normalize("[INVALID]") == "[invalid]"  # ignore_case: lower-cased
+
+
+def test_lmeval_and_suite_modes_disagree_where_they_should() -> None:
+    # The suite compares numbers, lm-eval strings: "5.0" vs 5 is right for one and wrong for the other.
+    assert is_correct("#### 5.0", GOLD_5, "suite-strict")
+    assert not is_correct("#### 5.0", GOLD_5, "lmeval-strict")
+    # The suite takes the last "####", lm-eval the first.
+    assert is_correct("#### 4\n#### 5", GOLD_5, "suite-strict")
+    assert not is_correct("#### 4\n#### 5", GOLD_5, "lmeval-strict")
 
 
 # --- has_format ---------------------------------------------------------------------------------------
