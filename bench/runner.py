@@ -615,9 +615,13 @@ def _outcome_line(result: dict[str, Any] | None) -> str:
         return f"FAILED {error.get('type', '')}: {cap_text(str(error.get('message', '')), CONSOLE_REASON_LIMIT)}"
     parts = ["ok"]
     after = (result.get("accuracy") or {}).get("after")
-    if after:
-        strict = after["strict"]
-        parts.append(f"accuracy {strict['accuracy']:.1%} [{strict['low']:.1%}, {strict['high']:.1%}] (strict)")
+    from bench.verifier import HEADLINE_MODE
+
+    # The headline mode; "strict" is its name in results written before the modes were renamed.
+    mode = next((m for m in (HEADLINE_MODE, "strict") if m in (after or {})), None)
+    if mode:
+        score = after[mode]
+        parts.append(f"accuracy {score['accuracy']:.1%} [{score['low']:.1%}, {score['high']:.1%}] ({mode})")
     memory = result.get("memory") or {}
     if memory.get("peak_bytes"):
         parts.append(f"peak {memory['peak_bytes'] / 2**20:.0f} MiB ({memory['source']})")
