@@ -265,6 +265,43 @@ class TelemetrySpec:
     """Steps excluded from the step-time median and p90 (>= 0)."""
 
 
+@dataclass
+class OomInjectionSpec:
+    """TEST HOOK, not for measurements: raise an out-of-memory error at one sweep point, to test how an OOM is
+    recorded (status failed, error type OutOfMemory, the phase) and that the sweep goes on. Off by default."""
+
+    point: str | None = None
+    """Sweep point id to fail (as `bench run --dry-run` lists them); null: no injection."""
+    method: str | None = None
+    """Method to fail at that point; null: every method there."""
+    phase: str = "update"
+    """Phase whose start raises MemoryError (generation, reward, reference, critic, update); a phase the method
+    never enters (DPO has no generation) injects nothing."""
+
+
+@dataclass
+class SweepSpec:
+    """A sweep (bench.sweep): the spec expanded into points, each point x method in its own worker process.
+
+    Empty ``axes``: no sweep (one run per method and seed, as usual)."""
+
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    """Dotted spec key -> the values it takes, e.g. {"model.architecture": [qwen2.5-0.5b, qwen2.5-1.5b],
+    "train.group_size": [4, 8]}. Any single setting outside methods, seeds and the run plumbing (device, gpus,
+    threads, parallel_runs, name, description); train.steps and telemetry.warmup_steps come from sweep.steps and
+    sweep.warmup_steps. With fixed-length generation (min_new_tokens = max_new_tokens in the base), a
+    generation.max_new_tokens axis moves min_new_tokens with it."""
+    mode: Literal["product", "one_at_a_time"] = "product"
+    """product: every combination of the axes' values (cartesian); one_at_a_time: the first value of every axis,
+    then each axis's other values with the rest at their first values (1 + sum(len - 1) points)."""
+    steps: int = 3
+    """Measured optimizer steps per point (>= 1), after the warm-up steps."""
+    warmup_steps: int = 1
+    """Warm-up optimizer steps per point (>= 0), left out of the step-time median (telemetry.warmup_steps)."""
+    inject_oom: OomInjectionSpec = field(default_factory=OomInjectionSpec)
+    """Test hook: an out-of-memory error at one point (see OomInjectionSpec)."""
+
+
 def _default_methods() -> dict[str, Any]:
     from bench.registry import METHODS, default_config
 
@@ -304,6 +341,8 @@ class Spec:
     reward_model: RewardModelSpec = field(default_factory=RewardModelSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
     telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
+    sweep: SweepSpec = field(default_factory=SweepSpec)
+    """Sweep axes (bench.sweep); empty: no sweep."""
     methods: dict[str, Any] = field(default_factory=_default_methods)
     """Contestants by registry name (bench.registry); each value is that recipe's ``Config``, whose fields are
     documented in the recipe file (baselines/<method>.py). Unknown names and keys are rejected."""
@@ -422,6 +461,8 @@ def _type_name(tp: Any) -> str:
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
+    if tp is Any:  # sweep axis values: each is checked against its own key when the sweep expands
+        return value
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise SpecError(f"'{key}' must be a mapping of settings, got {value!r}; see `bench presets` for an example")
@@ -632,6 +673,8 @@ SPEC_RULES: dict[str, Rule] = {
     "eval.samples_in_report": at_least(0),
     "telemetry.sample_interval_ms": above(0),
     "telemetry.warmup_steps": at_least(0),
+    "sweep.steps": COUNT,
+    "sweep.warmup_steps": at_least(0),
 }
 """Dotted key -> allowed range, for every number in the spec outside ``methods`` (recipes check theirs)."""
 
@@ -669,6 +712,13 @@ def validate(spec: Spec) -> None:
             raise SpecError(message)
 
     check_rules(spec, SPEC_RULES)
+    if spec.sweep.axes:  # a sweep runs its points, never the base: each point is checked whole (bench.sweep)
+        from bench.sweep import validate_sweep
+
+        validate_sweep(spec)
+        return
+    if spec.sweep.inject_oom.point is not None:
+        raise SpecError("'sweep.inject_oom.point' is set but 'sweep.axes' is empty; it names a sweep point (a test hook)")
     t, g = spec.train, spec.generation
     need(g.min_new_tokens <= g.max_new_tokens,
          f"'generation.min_new_tokens' must be in [0, generation.max_new_tokens={g.max_new_tokens}], "
