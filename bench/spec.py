@@ -251,6 +251,10 @@ class EvalSpec:
     enabled: bool = True
     """Evaluate the warm start and every method; false for systems runs: random weights have no accuracy to
     report; the report shows 'not evaluated'."""
+    prompt_style: Literal["tags", "cot", "boxed"] = "tags"
+    """How test questions are asked (bench.prompts): tags (the training prompt), cot (lm-eval gsm8k_cot_zeroshot's
+    'Q: ... A: Let's think step by step.') or boxed (Qwen's 'put your final answer within \\boxed{}'); training
+    always uses tags."""
 
 
 @dataclass

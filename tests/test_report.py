@@ -56,6 +56,8 @@ def make_result(
     res = empty_result(run_id, kind, method, label, engine, seed)
     res["status"] = status
     res["error"] = error
+    # A worker always stamps these; without them an ok result is malformed and the report shows it as failed.
+    res["started_at"], res["finished_at"] = "2025-01-01T00:00:00+00:00", "2025-01-01T00:02:00+00:00"
     res["accuracy"] = {
         "n_questions": total,
         "before": {"strict": _score(before, total), "flexible": _score(before + 2, total)},

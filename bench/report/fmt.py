@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import results
+from bench import results, verifier
 from bench.stats import wilson_interval
 
 if TYPE_CHECKING:  # load.py imports this module to build its DataFrame; the type is all fmt needs from it
@@ -66,16 +66,55 @@ def num(value: Any) -> float | None:
     return value
 
 
+# --- scoring modes -----------------------------------------------------------------------------------------
+CONTRACT_MODES: tuple[str, ...] = ("suite-strict", "suite-flexible", "lmeval-strict", "lmeval-flexible")
+"""The scoring modes every evaluation records (bench.verifier.MODES), in the order the report lists them."""
+MODES: tuple[str, ...] = (tuple(verifier.MODES) if set(CONTRACT_MODES) <= set(verifier.MODES)
+                          else CONTRACT_MODES)
+HEADLINE_MODE: str = getattr(verifier, "HEADLINE_MODE", "suite-strict")
+"""The mode headline numbers use unless a suite folder's report_settings.json names another."""
+LEGACY_MODES = {"suite-strict": "strict", "suite-flexible": "flexible"}
+"""Results written before the modes were renamed store the suite's own modes as 'strict' / 'flexible'; the
+report reads them under their new names (same extraction), so old folders still rebuild."""
+_MODE_DESCRIPTIONS_FALLBACK = {
+    "suite-strict": "the suite's own strict extraction: an explicit answer marker (answer tags, ####, "
+                    "'The answer is', \\boxed), compared as numbers",
+    "suite-flexible": "suite-strict, else the last number in the text",
+    "lmeval-strict": "lm-evaluation-harness GSM8K strict-match: the first '#### N', compared as a string after "
+                     "lm-eval's normalisation",
+    "lmeval-flexible": "lm-evaluation-harness GSM8K flexible-extract: the last number-like string, compared as "
+                       "a string after lm-eval's normalisation",
+}
+MODE_DESCRIPTIONS: dict[str, str] = {**_MODE_DESCRIPTIONS_FALLBACK, **getattr(verifier, "MODE_DESCRIPTIONS", {})}
+
+
+def _mode_keys(mode: str) -> list[str]:
+    """The keys a mode may be stored under: its own name, then its pre-rename name (or the reverse)."""
+    keys = [mode]
+    if mode in LEGACY_MODES:
+        keys.append(LEGACY_MODES[mode])
+    keys += [new for new, old in LEGACY_MODES.items() if old == mode]
+    return keys
+
+
+def mode_column(mode: str) -> str:
+    """A mode as a CSV column fragment: 'suite-strict' -> 'suite_strict'."""
+    return mode.replace("-", "_")
+
+
 def score(run: Run, when: str, mode: str) -> dict[str, Any] | None:
     """The ``accuracy[when][mode]`` score with ``accuracy``, ``low`` and ``high`` filled in, or None.
 
-    When a writer left out the interval but gave counts, the Wilson interval is computed here, so every
-    accuracy on the page has one.
+    A result written before the modes were renamed is read under the new name ('strict' is 'suite-strict'),
+    and the other way round, so callers may use either. When a writer left out the interval but gave counts,
+    the Wilson interval is computed here, so every accuracy on the page has one.
     """
     block = run.result.get("accuracy", {}).get(when)
-    if not isinstance(block, dict) or not isinstance(block.get(mode), dict):
+    if not isinstance(block, dict):
         return None
-    raw = block[mode]
+    raw = next((block[k] for k in _mode_keys(mode) if isinstance(block.get(k), dict)), None)
+    if raw is None:
+        return None
     correct, total = num(raw.get("correct")), num(raw.get("total"))
     acc = num(raw.get("accuracy"))
     if acc is None and correct is not None and total:
@@ -86,6 +125,32 @@ def score(run: Run, when: str, mode: str) -> dict[str, Any] | None:
     if (low is None or high is None) and correct is not None and total is not None and 0 <= correct <= total:
         low, high = wilson_interval(int(correct), int(total))
     return {"accuracy": acc, "low": low, "high": high, "correct": correct, "total": total}
+
+
+def verdict(row: dict[str, Any], mode: str) -> bool | None:
+    """One question's verdict under ``mode`` from a per-question line, or None when the line has none.
+
+    Reads the completions file's ``correct: {mode: bool}`` and the older eval_after.jsonl's ``correct_strict`` /
+    ``correct_flexible`` (the suite's own modes under their pre-rename names).
+    """
+    correct = row.get("correct")
+    for key in _mode_keys(mode):
+        if isinstance(correct, dict) and isinstance(correct.get(key), bool):
+            return correct[key]
+        if isinstance(row.get(f"correct_{key}"), bool):
+            return row[f"correct_{key}"]
+    return None
+
+
+def rate(run: Run, key: str, when: str) -> float | None:
+    """``accuracy[key][when]`` for the share-of-questions rates (format_rate, truncated_rate), or None."""
+    block = run.result.get("accuracy", {}).get(key)
+    return num(block.get(when)) if isinstance(block, dict) else None
+
+
+def mode_note(mode: str) -> str:
+    """'suite-strict (the suite's own strict extraction: ...)' for a table note."""
+    return f"{mode} ({MODE_DESCRIPTIONS.get(mode, 'no description recorded')})"
 
 
 def pct(value: float | None, digits: int = 1) -> str:

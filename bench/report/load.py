@@ -2,7 +2,17 @@
 
 Tolerant by design: the report is most useful exactly when something went wrong, so a missing
 ``suite.json``, a run without ``result.json`` or a corrupt one never stops the build. Such runs become
-``not_run`` records with a note saying why ("not run yet", "result.json unreadable").
+``not_run`` records with a note saying why ("not run yet", "result.json unreadable"). A result marked ``ok``
+whose shape does not match the schema (:func:`bench.results.result_problems`, the check ``--resume`` uses) is
+shown as failed with the problem, never as a finished run.
+
+Per-question verdicts come from the run's completions file (``result["eval_file"]``: ``completions.jsonl``, one
+line per question with ``correct: {mode: bool}``; older folders: ``eval_after.jsonl`` with ``correct_strict``).
+The question and completion texts are dropped on reading (the paired tests need only the verdicts), which keeps
+a suite of many runs x thousands of questions small in memory.
+
+The headline scoring mode of a folder is ``report_settings.json``'s ``headline_mode`` when that file exists,
+else ``bench.verifier.HEADLINE_MODE``.
 
 :func:`results_frame` flattens every method run into one row of raw numbers (fractions, bytes, seconds; a
 value that was not measured is NA, never 0). results.csv is that frame written out, and the across-seeds
@@ -20,10 +30,18 @@ from typing import Any
 import pandas as pd
 
 from bench.report import fmt
-from bench.results import RESULT_FILE, SCHEMA_VERSION, empty_result
+from bench.results import RESULT_FILE, SCHEMA_VERSION, empty_result, result_problems
 
 SUITE_FILE = "suite.json"
 RUNS_DIR = "runs"
+REPORT_SETTINGS_FILE = "report_settings.json"
+"""Optional, in the suite folder: ``{"headline_mode": MODE}`` picks the mode of the headline numbers."""
+EVAL_FILES = ("completions.jsonl", "eval_after.jsonl")
+"""Per-question files tried, in order, when a result does not name its ``eval_file``."""
+_DROPPED_FIELDS = ("prompt", "completion", "question")
+"""Per-question text left out when reading verdicts (see the module docstring)."""
+INVALID_RESULT = "InvalidResult"
+"""The error type of an ok result that failed the schema check (it is shown as failed)."""
 STAGES = ("warm_start", "sample_pool", "reward_model")
 """Shared stage names; a run without a result is classed as a stage when its id starts with one."""
 
@@ -40,7 +58,8 @@ class Run:
     note: str | None = None
     """Why there is no real result: "not run yet" or "result.json unreadable"; None when one was read."""
     verdicts: list[dict[str, Any]] | None = None
-    """Per-question verdicts from eval_after.jsonl, sorted by index; None when the file is absent."""
+    """Per-question lines of the after-training evaluation (completions.jsonl or eval_after.jsonl) without
+    their text, sorted by index; None when the file is absent. Read a verdict with :func:`fmt.verdict`."""
 
     @property
     def kind(self) -> str:
@@ -67,6 +86,8 @@ class Suite:
     runs: list[Run] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     """Things the reader should know (unreadable suite.json, skipped verdict lines); shown on the page."""
+    headline_mode: str = fmt.HEADLINE_MODE
+    """The scoring mode of the headline numbers (report_settings.json, else bench.verifier.HEADLINE_MODE)."""
 
     @property
     def methods(self) -> list[Run]:
@@ -127,7 +148,30 @@ def load_suite(suite_dir: Path) -> Suite:
         spec=spec,
         runs=runs,
         problems=problems,
+        headline_mode=read_headline_mode(suite_dir, problems),
     )
+
+
+def read_headline_mode(suite_dir: Path, problems: list[str]) -> str:
+    """The folder's headline mode: ``report_settings.json["headline_mode"]`` if the file names a known mode,
+    else :data:`fmt.HEADLINE_MODE` (an unreadable file or an unknown mode is added to ``problems``)."""
+    path = Path(suite_dir) / REPORT_SETTINGS_FILE
+    if not path.exists():
+        return fmt.HEADLINE_MODE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{REPORT_SETTINGS_FILE} unreadable ({type(exc).__name__}); headline mode "
+                        f"{fmt.HEADLINE_MODE}")
+        return fmt.HEADLINE_MODE
+    mode = data.get("headline_mode") if isinstance(data, dict) else None
+    if mode is None:
+        return fmt.HEADLINE_MODE
+    if mode not in fmt.MODES:
+        problems.append(f"{REPORT_SETTINGS_FILE}: headline_mode {fmt.cap_text(str(mode), 80)!r} is not one of "
+                        f"{', '.join(fmt.MODES)}; headline mode {fmt.HEADLINE_MODE}")
+        return fmt.HEADLINE_MODE
+    return str(mode)
 
 
 def _load_run(run_dir: Path, plan: dict[str, Any], problems: list[str]) -> Run:
@@ -150,8 +194,15 @@ def _load_run(run_dir: Path, plan: dict[str, Any], problems: list[str]) -> Run:
             data = None
     if data is None:
         return Run(run_id=run_id, result=_placeholder(run_id, plan), note=note)
+    invalid = result_problems(data) if data.get("status") == "ok" else []
     result = empty_result(run_id, "method", "", "", "", 0)
     result.update(data)
+    if invalid:
+        # The check --resume uses: such a run is re-run there, so here it is not a finished run either.
+        shown = "; ".join(invalid[:3]) + ("; ..." if len(invalid) > 3 else "")
+        result["status"] = "failed"
+        result["error"] = {"type": INVALID_RESULT, "message": f"result.json says ok but is malformed: {shown}"}
+        problems.append(f"{run_id}: result.json says ok but is malformed ({shown}); shown as failed")
     _fill_dict_defaults(result)
     verdicts = _load_verdicts(run_dir, result, problems)
     return Run(run_id=run_id, result=result, verdicts=verdicts)
@@ -185,28 +236,40 @@ def _fill_dict_defaults(result: dict[str, Any]) -> None:
 
 
 def _load_verdicts(run_dir: Path, result: dict[str, Any], problems: list[str]) -> list[dict[str, Any]] | None:
-    """Per-question verdicts of the after-training evaluation, or None when the run wrote none."""
-    name = result.get("eval_file") or "eval_after.jsonl"
-    path = run_dir / str(name)
-    if not path.is_file():
+    """Per-question lines of the after-training evaluation without their text, or None when the run wrote none."""
+    names = [result["eval_file"]] if isinstance(result.get("eval_file"), str) and result["eval_file"] else EVAL_FILES
+    path = next((run_dir / n for n in names if (run_dir / n).is_file()), None)
+    if path is None:
         return None
+    return read_verdicts(path, problems, label=run_dir.name)
+
+
+def read_verdicts(path: Path, problems: list[str], label: str = "") -> list[dict[str, Any]] | None:
+    """The lines of one per-question file keyed and sorted by ``index``, text fields dropped; unreadable lines are
+    skipped and counted in ``problems``. None when the file cannot be read."""
     rows: dict[int, dict[str, Any]] = {}
     bad = 0
+    where = f"{label}: {path.name}" if label else str(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        handle = path.open(encoding="utf-8")
     except OSError:
-        problems.append(f"{run_dir.name}: {name} unreadable; left out of the paired tests")
+        problems.append(f"{where} unreadable; left out of the paired tests")
         return None
-    for line in lines:
-        if not line.strip():
-            continue
+    with handle:
         try:
-            row = json.loads(line)
-            rows[int(row["index"])] = row
-        except (ValueError, KeyError, TypeError):
-            bad += 1
+            for line in handle:  # line by line: a completions file of a big eval can be tens of MB
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    rows[int(row["index"])] = {k: v for k, v in row.items() if k not in _DROPPED_FIELDS}
+                except (ValueError, KeyError, TypeError):
+                    bad += 1
+        except (OSError, UnicodeDecodeError):
+            problems.append(f"{where} unreadable; left out of the paired tests")
+            return None
     if bad:
-        problems.append(f"{run_dir.name}: {bad} unreadable line(s) in {name} skipped")
+        problems.append(f"{where}: {bad} unreadable line(s) skipped")
     return [rows[i] for i in sorted(rows)]
 
 
@@ -226,18 +289,27 @@ CSV_COLUMNS = [
     "error",
     "setup_s", "params_changed_fraction", "update_to_weight_ratio",
     "recipe_s", "timing",
+    "headline_mode",
+    *[f"accuracy_{when}_{fmt.mode_column(m)}{part}" for m in fmt.MODES
+      for when, part in (("before", ""), ("after", ""), ("after", "_low"), ("after", "_high"))],
+    "format_rate_before", "format_rate_after", "truncated_rate_before", "truncated_rate_after",
 ]
 INT_COLUMNS = ("seed", "peak_memory_bytes", "n_questions", "baseline_memory_bytes", "steps")
 """Counts and bytes: nullable integers (pandas ``Int64``), so a missing seed is an empty cell, not ``0.0``."""
-TEXT_COLUMNS = ("method", "status", "memory_source", "label", "engine", "run_id", "error", "timing")
+TEXT_COLUMNS = ("method", "status", "memory_source", "label", "engine", "run_id", "error", "timing", "headline_mode")
 """Everything else is a measurement: nullable floats (``Float64``)."""
 
 
-def csv_row(run: Run) -> dict[str, Any]:
-    """One method run as raw values keyed by :data:`CSV_COLUMNS`; None marks a value that was not measured."""
+def csv_row(run: Run, headline_mode: str = fmt.HEADLINE_MODE) -> dict[str, Any]:
+    """One method run as raw values keyed by :data:`CSV_COLUMNS`; None marks a value that was not measured.
+
+    ``accuracy_before`` / ``accuracy_after`` (and their intervals) are in ``headline_mode``, named in the
+    ``headline_mode`` column; ``accuracy_*_flexible`` are suite-flexible (their meaning before the modes were
+    renamed); every mode also has its own ``accuracy_{before,after}_<mode>`` columns.
+    """
     res = run.result
-    strict_b, strict_a = fmt.score(run, "before", "strict"), fmt.score(run, "after", "strict")
-    flex_b, flex_a = fmt.score(run, "before", "flexible"), fmt.score(run, "after", "flexible")
+    strict_b, strict_a = fmt.score(run, "before", headline_mode), fmt.score(run, "after", headline_mode)
+    flex_b, flex_a = fmt.score(run, "before", "suite-flexible"), fmt.score(run, "after", "suite-flexible")
     memory = res.get("memory", {})
     timing = res.get("throughput", {}).get("timing")
 
@@ -280,7 +352,26 @@ def csv_row(run: Run) -> dict[str, Any]:
         "update_to_weight_ratio": fmt.num(fmt.training_change(run, "update_to_weight_ratio")),
         "recipe_s": fmt.throughput(run, "recipe_s"),
         "timing": timing if isinstance(timing, str) and timing else None,
+        "headline_mode": headline_mode,
+        **_mode_cells(run),
+        "format_rate_before": fmt.rate(run, "format_rate", "before"),
+        "format_rate_after": fmt.rate(run, "format_rate", "after"),
+        "truncated_rate_before": fmt.rate(run, "truncated_rate", "before"),
+        "truncated_rate_after": fmt.rate(run, "truncated_rate", "after"),
     }
+
+
+def _mode_cells(run: Run) -> dict[str, float | None]:
+    """``accuracy_before_<mode>``, ``accuracy_after_<mode>`` and the after interval, for every mode."""
+    out: dict[str, float | None] = {}
+    for mode in fmt.MODES:
+        before, after = fmt.score(run, "before", mode), fmt.score(run, "after", mode)
+        col = fmt.mode_column(mode)
+        out[f"accuracy_before_{col}"] = before and before["accuracy"]
+        out[f"accuracy_after_{col}"] = after and after["accuracy"]
+        out[f"accuracy_after_{col}_low"] = after and after["low"]
+        out[f"accuracy_after_{col}_high"] = after and after["high"]
+    return out
 
 
 def _column(name: str, values: list[Any]) -> pd.Series:
@@ -300,5 +391,5 @@ def results_frame(suite: Suite) -> pd.DataFrame:
 
     Stages are left out: they are not comparable rows (the page shows them in their own tables).
     """
-    rows = [csv_row(run) for run in suite.methods]
+    rows = [csv_row(run, suite.headline_mode) for run in suite.methods]
     return pd.DataFrame({name: _column(name, [row[name] for row in rows]) for name in CSV_COLUMNS})
