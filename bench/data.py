@@ -8,7 +8,8 @@ from typing import Any
 
 from bench.models import render_prompt
 from bench.spec import Spec
-from bench.tasks import format_target, generate_synthetic, read_gsm8k, synthetic_splits, to_rows
+from bench.tasks import (TEST_SHARE_PERCENT, format_target, generate_synthetic, question_overlap, read_gsm8k,
+                         synthetic_splits, to_rows, working_overlap)
 
 
 @dataclass
@@ -18,15 +19,30 @@ class TaskData:
     train: list[dict[str, str]]
     test: list[dict[str, str]]
     notes: list[str] = field(default_factory=list)
-    """One line each: rows dropped for a bad gold answer, splits shorter than asked, one file for both splits."""
+    """One line each: rows dropped for a bad gold answer, splits shorter than asked, one file for both splits,
+    test questions that also occur in the train split."""
+    checks: dict[str, int | str] = field(default_factory=dict)
+    """What was checked about the test split being held out, for the result. Keys ending in ``_overlap`` are
+    counts of test problems (0 expected): ``question_overlap`` (`bench.tasks.question_overlap`, every source)
+    and ``working_overlap`` (`bench.tasks.working_overlap`, synthetic only); ``held_out_by`` says how the
+    splits were kept apart."""
 
 
 def load_task(spec: Spec) -> TaskData:
-    """Load (or generate) both splits; raises UserError for data that cannot be used (bench.tasks.read_gsm8k)."""
+    """Load (or generate) both splits and check their overlap; raises UserError for data that cannot be used
+    (bench.tasks.read_gsm8k)."""
     task = spec.task
     if task.source == "synthetic":
         s = task.synthetic
-        return TaskData(*synthetic_splits(task.train_size, task.test_size, s.seed, s.max_operand, s.max_steps))
+        train, test = synthetic_splits(task.train_size, task.test_size, s.seed, s.max_operand, s.max_steps)
+        checks: dict[str, int | str] = {
+            "working_overlap": working_overlap(train, test), "question_overlap": question_overlap(train, test),
+            "held_out_by": f"working: sha256(working) % 100 < {TEST_SHARE_PERCENT} is test"}
+        # Zero by construction; a non-zero count is a bug in the split, and the note puts it in front of users.
+        notes = [f"synthetic task: {checks[key]} of {len(test)} test problems share their {what} with a training "
+                 f"problem" for key, what in (("working_overlap", "working"), ("question_overlap", "question"))
+                 if checks[key]]
+        return TaskData(train, test, notes, checks)
     train = read_gsm8k(str(task.path), "train", limit=None)
     test = read_gsm8k(str(task.path), "test", limit=task.test_size)
     notes = [f"{split.source}: dropped {split.dropped} of {split.rows} rows without a usable gold answer "
@@ -35,10 +51,17 @@ def load_task(spec: Spec) -> TaskData:
         usable = split.rows - split.dropped
         if usable < asked:
             notes.append(f"{split.source}: {usable} usable rows, fewer than {key}={asked}; using {usable}")
+    train_problems = train.problems[: task.train_size]
+    shared = question_overlap(train_problems, test.problems)
     if train.source == test.source:
         notes.append(f"{train.source}: one file serves as both the train and the test split, so the test questions "
                      f"are also trained on; give a folder with train and test files to keep them apart")
-    return TaskData(train.problems[: task.train_size], test.problems, notes)
+    elif shared:
+        notes.append(f"{test.source}: {shared} of {len(test.problems)} test questions also occur in {train.source} "
+                     f"(same text up to whitespace and case), so they are not held out")
+    checks = {"question_overlap": shared, "held_out_by": "none: one file for both splits"
+              if train.source == test.source else "source: its train and test files"}
+    return TaskData(train_problems, test.problems, notes, checks)
 
 
 def task_problems(spec: Spec) -> tuple[list[dict[str, str]], list[dict[str, str]]]:

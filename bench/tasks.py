@@ -10,6 +10,7 @@ Pure Python: ``datasets`` (hub) and ``pyarrow`` (parquet) are imported lazily, o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -113,39 +114,96 @@ def generate_synthetic(n: int, seed: int, max_operand: int = 50, max_steps: int 
     return [next(stream) for _ in range(n)]
 
 
+TEST_SHARE_PERCENT = 20
+"""Percent of all workings held out for the test split (`is_held_out`). 20% leaves the training split four
+fifths of the task's space while the test split still draws on thousands of workings at cpu-tiny's settings
+(max_operand 20, max_steps 2: 37,765 workings in all)."""
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def working(answer: str) -> str:
+    """The working of a worked answer: its text without the ``#### N`` line(s) and GSM8K's ``<<...>>``
+    calculator annotations, whitespace runs collapsed to one space.
+
+    ``"12+7=19\\n19-5=14\\n#### 14"`` -> ``"12+7=19 19-5=14"``. For the synthetic task the working (its
+    operations, operands and results) determines the answer, so two problems with the same working are the
+    same exercise told with other names.
+    """
+    return _WHITESPACE.sub(" ", _GOLD_LINE.sub("", _CALCULATOR.sub("", answer))).strip()
+
+
+def is_held_out(working_text: str) -> bool:
+    """Whether a working belongs to the test split: the first 8 hex digits of its SHA-256 (UTF-8), as an
+    integer mod 100, are below `TEST_SHARE_PERCENT`.
+
+    Depends on the working alone (no seed, no split sizes), so anyone can re-check an exported split and every
+    synthetic seed holds out the same workings.
+    """
+    digest = hashlib.sha256(working_text.encode("utf-8")).hexdigest()
+    return int(digest[:8], 16) % 100 < TEST_SHARE_PERCENT
+
+
 def synthetic_splits(train_size: int, test_size: int, seed: int, max_operand: int,
                      max_steps: int) -> tuple[list[dict], list[dict]]:
-    """Train and test problems with distinct question texts within and across the two splits.
+    """Train and test problems held out by working: no test problem's working occurs in the train split.
 
-    The test split comes from its own seeded stream, so it does not change when ``train_size`` does (runs
-    with different training budgets are evaluated on the same questions). Raises UserError when the
-    settings cannot produce that many distinct questions.
+    Each working is assigned to one split by `is_held_out` (a hash of it), so the test split is drawn only from
+    the held-out `TEST_SHARE_PERCENT`% of workings and the train split only from the rest; question texts are
+    distinct within each split (a working may recur with other names, objects or verbs). Each split comes from
+    its own seeded stream, so the test split does not change when ``train_size`` does (runs with different
+    training budgets are evaluated on the same questions), nor the train split when ``test_size`` does. Raises
+    UserError when the settings cannot produce that many distinct questions in a split.
     """
     if train_size < 0 or test_size < 0:
         raise UserError(f"synthetic split sizes must be >= 0, got train {train_size}, test {test_size}")
-    seen: set[str] = set()
 
-    def take(stream: Iterator[dict], count: int, which: str) -> list[dict]:
+    def take(stream: Iterator[dict], count: int, held_out: bool) -> list[dict]:
         out: list[dict] = []
-        # Give up after many consecutive repeats: the problem space is too small for the request.
+        seen: set[str] = set()
+        # Give up after many consecutive misses (a repeated question or the other split's working): the
+        # split's share of the problem space is too small for the request.
         misses, max_misses = 0, 10_000 + 20 * count
         while len(out) < count:
             problem = next(stream)
-            if problem["question"] in seen:
+            if problem["question"] in seen or is_held_out(working(problem["answer"])) != held_out:
                 misses += 1
                 if misses > max_misses:
+                    which = "test" if held_out else "train"
                     raise UserError(
                         f"synthetic task cannot make {count} distinct {which} questions with max_operand="
-                        f"{max_operand}, max_steps={max_steps} (got {len(out)}); raise them or lower the size")
+                        f"{max_operand}, max_steps={max_steps} (got {len(out)}; the {which} split draws on "
+                        f"{TEST_SHARE_PERCENT if held_out else 100 - TEST_SHARE_PERCENT}% of the workings); "
+                        f"raise them or lower the size")
                 continue
             misses = 0
             seen.add(problem["question"])
             out.append(problem)
         return out
 
-    test = take(_problem_stream(f"{seed}/test", max_operand, max_steps), test_size, "test")
-    train = take(_problem_stream(f"{seed}/train", max_operand, max_steps), train_size, "train")
+    test = take(_problem_stream(f"{seed}/test", max_operand, max_steps), test_size, held_out=True)
+    train = take(_problem_stream(f"{seed}/train", max_operand, max_steps), train_size, held_out=False)
     return train, test
+
+
+def _normalised_question(question: str) -> str:
+    """A question compared across splits: whitespace runs as one space, case-folded."""
+    return _WHITESPACE.sub(" ", question).strip().casefold()
+
+
+def working_overlap(train: list[dict], test: list[dict]) -> int:
+    """Number of test problems whose `working` occurs in some train problem (0 for held-out synthetic splits).
+
+    Problems are ``{"question", "answer"}``; a test problem counts once however many train problems share it.
+    """
+    seen = {working(p["answer"]) for p in train}
+    return sum(working(p["answer"]) in seen for p in test)
+
+
+def question_overlap(train: list[dict], test: list[dict]) -> int:
+    """Number of test questions whose text, whitespace-normalised and case-folded, occurs in the train split."""
+    seen = {_normalised_question(p["question"]) for p in train}
+    return sum(_normalised_question(p["question"]) in seen for p in test)
 
 
 def gold_number(answer: str) -> str:

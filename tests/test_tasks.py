@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from bench.errors import UserError
-from bench.tasks import (MAX_BAD_GOLD_SHARE, PROMPT_TEMPLATE, format_prompt, format_target, generate_synthetic,
-                         gold_number, load_gsm8k, read_gsm8k, synthetic_splits, to_rows)
+from bench.data import load_task
+from bench.spec import Spec, load_spec, load_spec_dict
+from bench.tasks import (MAX_BAD_GOLD_SHARE, PROMPT_TEMPLATE, TEST_SHARE_PERCENT, format_prompt, format_target,
+                         generate_synthetic, gold_number, is_held_out, load_gsm8k, question_overlap, read_gsm8k,
+                         synthetic_splits, to_rows, working, working_overlap)
 from bench.verifier import extract_answer, has_format, is_correct
 
 GSM8K_ROWS = [
@@ -126,6 +129,89 @@ def test_synthetic_splits_too_small_space_raises() -> None:
     # max_operand=1, one step: only a handful of distinct questions exist.
     with pytest.raises(UserError, match="distinct"):
         synthetic_splits(5000, 10, seed=0, max_operand=1, max_steps=1)
+
+
+# --- held out by working -------------------------------------------------------------------------------
+
+def test_working_is_the_answer_without_its_gold_line_and_annotations() -> None:
+    assert working("12+7=19\n19-5=14\n#### 14") == "12+7=19 19-5=14"
+    assert working(GSM8K_ROWS[0]["answer"]) == "She has 16 - 3 = 13 eggs left."
+    # Two answers with the same working and another final line still share it; another result does not.
+    assert working("2*3=6\n#### 6") == working("2*3=6\n  ####  6.0")
+    assert working("2*3=6\n#### 6") != working("2*3=7\n#### 7")
+
+
+def test_held_out_share_of_workings_is_the_test_share() -> None:
+    flags = [is_held_out(f"{a}+{b}={a + b}") for a in range(100) for b in range(100)]
+    assert abs(sum(flags) / len(flags) - TEST_SHARE_PERCENT / 100) < 0.02
+
+
+@pytest.mark.parametrize(("max_operand", "max_steps"), [(20, 2), (9, 1), (50, 3)])
+def test_synthetic_splits_hold_out_every_test_working(max_operand: int, max_steps: int) -> None:
+    train, test = synthetic_splits(2000, 400, seed=5, max_operand=max_operand, max_steps=max_steps)
+    assert all(is_held_out(working(p["answer"])) for p in test)
+    assert not any(is_held_out(working(p["answer"])) for p in train)
+    assert working_overlap(train, test) == 0 and question_overlap(train, test) == 0
+
+
+def test_synthetic_train_split_independent_of_test_size() -> None:
+    train_a, _ = synthetic_splits(300, 10, seed=9, max_operand=20, max_steps=2)
+    train_b, _ = synthetic_splits(300, 500, seed=9, max_operand=20, max_steps=2)
+    assert train_a == train_b
+
+
+def test_overlap_checks_catch_a_planted_duplicate() -> None:
+    train, test = synthetic_splits(500, 100, seed=2, max_operand=20, max_steps=2)
+    assert working_overlap(train, test) == 0 and question_overlap(train, test) == 0
+    # A training problem's working told as another story: same working, new question text.
+    planted = [*test[:-1], {"question": "Zed has something. How many now?", "answer": train[7]["answer"]}]
+    assert working_overlap(train, planted) == 1
+    assert question_overlap(train, planted) == 0
+    # A training question again, with other spacing and case: same question.
+    spaced = "  " + train[3]["question"].upper().replace(" ", "   ") + "\n"
+    planted_q = [*test[:-1], {"question": spaced, "answer": test[-1]["answer"]}]
+    assert question_overlap(train, planted_q) == 1
+    assert working_overlap(train, planted_q) == 0
+    # A test problem counts once, however many training problems share its working.
+    assert working_overlap(train + [train[7]], planted) == 1
+
+
+@pytest.mark.parametrize("preset", ["cpu-tiny", "cpu-quick"])
+def test_shipped_presets_have_no_overlap(preset: str) -> None:
+    spec = load_spec(preset)
+    data = load_task(spec)
+    assert (len(data.train), len(data.test)) == (spec.task.train_size, spec.task.test_size)
+    assert data.checks["working_overlap"] == 0 and data.checks["question_overlap"] == 0
+    assert "working" in str(data.checks["held_out_by"]) and data.notes == []
+    # The checks are computed, not copied: the same functions on the same splits agree.
+    assert working_overlap(data.train, data.test) == 0 and question_overlap(data.train, data.test) == 0
+
+
+def _gsm8k_spec(path: Path, train_size: int = 100, test_size: int = 100) -> Spec:
+    """A spec reading GSM8K-format files from ``path`` (the model folder is never opened by load_task)."""
+    return load_spec_dict({"name": "t", "model": {"source": "path", "name_or_path": str(path)},
+                           "task": {"source": "gsm8k", "path": str(path), "train_size": train_size,
+                                    "test_size": test_size}, "train": {"prompts_per_step": 1}})
+
+
+def test_gsm8k_files_report_shared_questions(tmp_path: Path) -> None:
+    shared = dict(GSM8K_ROWS[0], question="  " + GSM8K_ROWS[0]["question"].lower())
+    write_jsonl(tmp_path / "train.jsonl", GSM8K_ROWS[:2])
+    write_jsonl(tmp_path / "test.jsonl", [shared, GSM8K_ROWS[2]])
+    data = load_task(_gsm8k_spec(tmp_path))
+    assert data.checks["question_overlap"] == 1 and "working_overlap" not in data.checks
+    assert [n for n in data.notes if "1 of 2 test questions also occur in" in n and "train.jsonl" in n]
+    # Only the training rows the preset uses count: with train_size 1 the second row is not trained on.
+    write_jsonl(tmp_path / "test.jsonl", [GSM8K_ROWS[1]])
+    assert load_task(_gsm8k_spec(tmp_path, train_size=1)).checks["question_overlap"] == 0
+    assert load_task(_gsm8k_spec(tmp_path, train_size=2)).checks["question_overlap"] == 1
+
+
+def test_gsm8k_files_without_shared_questions_have_no_note(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "train.jsonl", GSM8K_ROWS[:2])
+    write_jsonl(tmp_path / "test.jsonl", GSM8K_ROWS[2:])
+    data = load_task(_gsm8k_spec(tmp_path, train_size=2, test_size=1))
+    assert data.checks["question_overlap"] == 0 and data.notes == []
 
 
 # --- gold / prompt / target ---------------------------------------------------------------------------
