@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench import registry
 from bench.precision import describe_policy, precision_policy
@@ -24,10 +25,18 @@ class PlannedRun:
     engine: str
     needs: tuple[str, ...] = field(default_factory=tuple)
     """Run ids that must have finished successfully first."""
+    point: str | None = None
+    """Sweep point id (bench.sweep); None outside a sweep."""
+    values: tuple[tuple[str, Any], ...] = ()
+    """The sweep point's (dotted key, value) pairs applied to the spec for this run; empty outside a sweep."""
 
 
 def make_plan(spec: Spec) -> list[PlannedRun]:
-    """Stages needed by any enabled method (in stage order), then methods x seeds."""
+    """Stages needed by any enabled method (in stage order), then methods x seeds (a sweep: bench.sweep)."""
+    if spec.sweep.axes:
+        from bench.sweep import plan_sweep
+
+        return plan_sweep(spec)
     methods = spec.enabled_methods()
     needed = {stage for m in methods for stage in registry.stages_needed(spec, m)}
     runs: list[PlannedRun] = []
@@ -71,6 +80,10 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
         f"{len(runs)} runs (stages one at a time, then {spec.parallel_runs} method run(s) at a time"
         + (f", {spec.threads} torch thread(s) each):" if spec.threads else "):"),
     ]
+    if spec.sweep.axes:
+        from bench.sweep import describe_sweep
+
+        lines += describe_sweep(spec)
     for i, run in enumerate(runs, 1):
         after = f" (after {', '.join(run.needs)})" if run.needs else ""
         lines.append(f"  {i:2d}. {run.run_id:<20} {run.label}{after}")
