@@ -1,0 +1,565 @@
+"""The analytical memory model: what PPO, GRPO and DPO hold on one GPU, from a model's shape alone.
+
+Pure Python (no torch, no transformers): ``bench estimate`` answers in well under a second and the report can
+set predictions beside measurements anywhere. All sizes are bytes.
+
+Two kinds of terms:
+
+- **Static, exact** (checked against ``bench.telemetry.accounting`` on real modules in tests/test_memory_model.py):
+  per network, weights, gradients and AdamW state under the precision policy (``bench.precision``): trained
+  networks (actor, critic) are stored in float32 — those ARE the master weights, there is no second copy — with
+  float32 gradients and two float32 moments plus a 4-byte ``step`` tensor per parameter tensor; frozen networks
+  (reference, reward model) are stored in the spec's dtype. The critic is the backbone without the LM head plus a
+  float32 value head (hidden -> 1, with bias); the reward model is the backbone plus a ``score`` row (hidden -> 1,
+  no bias). With LoRA (peft ``all-linear``: every linear layer but the LM head, r x (in + out) each) only the
+  adapters are trained and the reference is the actor's base with adapters off (no bytes of its own).
+- **Per-phase, approximate**: what a step adds on top of the static terms, in each phase the telemetry names
+  (generation, reward, reference, critic, update):
+
+  * bf16 working copies of trained weights: under bf16 autocast, ``torch.autocast`` caches a bf16 cast of every
+    float32 leaf weight a matmul uses (2 bytes x linear weights, LM head included) for the whole autocast region
+    — a generate call, a forward — whether or not gradients are on.
+  * activations saved for backward per micro-batch, per token per layer (Korthikanti et al. 2022,
+    "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198, section 4: count the
+    tensors each op saves for its backward pass), adapted to the Hugging Face Llama / Qwen2 layer as the suite
+    runs it: RMSNorm computes in float32 and saves its input and normalised output (4 x r x h for two norms,
+    r = 4: the residual stream is float32 because trained weights are); under autocast every linear saves its
+    own bf16 cast of its input (q, k, v, gate, up: 5 x a x h; in float32 the two norm outputs, 2 x r x h);
+    attention saves q and the K/V repeated to every query head (HF repeats K/V when a padding mask is passed),
+    its output, and a float32 logsumexp per head (4 x a x hq + 4 x heads; a fused SDPA kernel, so no s x s
+    scores — Korthikanti's 5as/h term is gone); the SwiGLU MLP saves gate, SiLU(gate), up and their product
+    (4 x a x I); no dropout (the suite disables it). a = 2 under bf16 autocast, 4 in float32. With gradient
+    checkpointing (HF wraps each decoder layer) only each layer's input is kept (r x h per token per layer), and
+    one layer's full set is rebuilt during the backward pass (Korthikanti's "full recomputation", 2sbhL).
+    Transient gradient buffers, allocator fragmentation and the CUDA context are not modelled.
+  * KV cache during generation: 2 (K and V) x layers x kv_heads x head_dim x a bytes per token, for every
+    sequence of the rollout (prompts_per_step x G, prompt + completion tokens), plus float32 next-token logits
+    (logits, processed scores, probabilities: 3 x 4 x V per sequence) and the prefill's working set of one layer.
+  * logits per micro-batch (`logit_bytes`): V x tokens x a for the LM head's output, its gradient in the
+    update, and the float32 upcast for log-softmax where an implementation makes one (one sequence at a time in
+    the suite's engine; TRL's GRPO takes a row-by-row log-softmax in the compute dtype; TRL's DPO a fused,
+    tiled LM head). Online methods score only the completion positions (``logits_to_keep``).
+
+The peak is the static total plus the largest phase. Gradients are counted in every phase (the suite's engine
+keeps them from one step to the next; TRL frees them after the optimizer step, so for TRL the generation phase
+is over-predicted by the gradient bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+GIB = 2 ** 30
+"""Bytes in a GiB."""
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per element of each storage or compute dtype."""
+
+ADAM_MOMENTS = 2
+"""AdamW keeps exp_avg and exp_avg_sq, each the size (and dtype) of the parameter."""
+
+ADAM_STEP_BYTES = 4
+"""torch's AdamW keeps a float32 scalar ``step`` tensor per parameter tensor (bytes)."""
+
+METHOD_ROLES: dict[str, tuple[str, ...]] = {
+    "ppo": ("actor", "critic", "reward", "reference"),
+    "ppo_verifier": ("actor", "critic", "reference"),
+    "grpo": ("actor", "reference"),
+    "grpo_engine": ("actor", "reference"),
+    "dpo": ("actor", "reference"),
+}
+"""Networks each method keeps resident (baselines/*.py ``networks``) with a KL coefficient > 0; with kl_beta 0
+the online methods drop the reference."""
+
+ENGINE_METHODS = ("ppo", "ppo_verifier", "grpo_engine")
+"""Methods on the suite's engine: log-softmax upcast one sequence at a time (the rest are TRL trainers)."""
+
+TRAINED_ROLES = ("actor", "critic")
+"""Roles an optimizer updates (bench.precision.TRAINED_ROLES)."""
+
+MAX_GPUS = 4096
+"""Largest GPU count searched for the data-parallel and ZeRO-3 answers."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Shapes
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The fields of a decoder-only Llama / Qwen2 model that fix its memory."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied_embeddings: bool
+    head_dim: int
+    qkv_bias: bool = False
+    """Biases on q, k and v (Qwen2 always; Llama with attention_bias)."""
+    o_bias: bool = False
+    """Bias on the output projection (Llama with attention_bias)."""
+    mlp_bias: bool = False
+    """Biases on gate, up and down (Llama with mlp_bias)."""
+
+    @classmethod
+    def from_fields(cls, f: dict[str, Any]) -> "Shape":
+        """From config.json shape fields (bench/architectures/*.json, or `bench.architectures.scaled_fields`)."""
+        model_type = f.get("model_type", "qwen2")
+        head_dim = int(f.get("head_dim") or f["hidden_size"] // f["num_attention_heads"])
+        return cls(layers=int(f["num_hidden_layers"]), hidden=int(f["hidden_size"]),
+                   intermediate=int(f["intermediate_size"]), heads=int(f["num_attention_heads"]),
+                   kv_heads=int(f.get("num_key_value_heads") or f["num_attention_heads"]),
+                   vocab=int(f["vocab_size"]), tied_embeddings=bool(f.get("tie_word_embeddings")),
+                   head_dim=head_dim, qkv_bias=model_type == "qwen2" or bool(f.get("attention_bias")),
+                   o_bias=model_type != "qwen2" and bool(f.get("attention_bias")), mlp_bias=bool(f.get("mlp_bias")))
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def layer_linears(self) -> list[tuple[int, int]]:
+        """(in, out) of each linear layer in one decoder layer: q, k, v, o, gate, up, down."""
+        h, q, kv, i = self.hidden, self.q_width, self.kv_width, self.intermediate
+        return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+
+    def layer_tensors(self) -> list[int]:
+        """Element counts of one decoder layer's parameter tensors (weights, biases, two norm vectors)."""
+        tensors = [n_in * n_out for n_in, n_out in self.layer_linears()]
+        if self.qkv_bias:
+            tensors += [self.q_width, self.kv_width, self.kv_width]
+        if self.o_bias:
+            tensors.append(self.hidden)
+        if self.mlp_bias:
+            tensors += [self.intermediate, self.intermediate, self.hidden]
+        return tensors + [self.hidden, self.hidden]
+
+    def backbone_tensors(self) -> list[int]:
+        """Element counts of the backbone's parameter tensors: embedding, layers, final norm (no head)."""
+        return [self.vocab * self.hidden] + self.layer_tensors() * self.layers + [self.hidden]
+
+    def lm_tensors(self) -> list[int]:
+        """The causal LM's tensors: the backbone plus an LM head unless tied to the embedding."""
+        return self.backbone_tensors() + ([] if self.tied_embeddings else [self.vocab * self.hidden])
+
+    def parameters(self) -> int:
+        """Parameters of the causal LM (equals `bench.architectures.parameter_count`)."""
+        return sum(self.lm_tensors())
+
+    def linear_weights(self, lm_head: bool) -> int:
+        """Elements of every linear weight (what autocast casts to bf16), with the LM head when ``lm_head``."""
+        per_layer = sum(n_in * n_out for n_in, n_out in self.layer_linears())
+        return per_layer * self.layers + (self.vocab * self.hidden if lm_head else 0)
+
+    def lora_parameters(self, rank: int) -> tuple[int, int]:
+        """(elements, tensors) of peft ``all-linear`` adapters of rank ``rank``: A (r x in) and B (out x r) on every
+        decoder linear layer, none on the LM head."""
+        per_layer = sum(rank * (n_in + n_out) for n_in, n_out in self.layer_linears())
+        return per_layer * self.layers, 2 * len(self.layer_linears()) * self.layers
+
+
+# ----------------------------------------------------------------------------------------------
+# Settings and results
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a run does per step. Defaults: the gsm8k-qwen0.5b preset (bench/presets/gsm8k-qwen0.5b.yaml)."""
+
+    dtype: str = "bfloat16"
+    """spec.model.dtype: 'bfloat16' (bf16 autocast over fp32 master weights; frozen networks bf16) or 'float32'."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward (DPO: pairs); 0: the whole step at once."""
+    prompt_tokens: int = 256
+    """Padded prompt length (tokens); a GSM8K question in a chat template is about 100-250 tokens."""
+    completion_tokens: int = 512
+    """generation.max_new_tokens (tokens)."""
+    group_size: int = 8
+    """G: completions per prompt."""
+    prompts_per_step: int = 16
+    """Prompts per optimizer step (DPO: pairs per step)."""
+    gradient_checkpointing: bool = True
+    """Keep only each layer's input and recompute the rest in the backward pass."""
+    lora_rank: int = 0
+    """LoRA rank (0: off, every weight trained)."""
+    kl_beta: float = 0.04
+    """KL coefficient; 0 loads no reference in the online methods."""
+    gpu_memory_bytes: int = 80 * GIB
+    """Memory of one GPU (bytes) for fits, the largest micro-batch and the GPU counts."""
+
+    def sequences_per_step(self, method: str) -> int:
+        """Sequences one optimizer step trains on: prompts x G online; 2 x pairs for DPO."""
+        return 2 * self.prompts_per_step if method == "dpo" else self.prompts_per_step * self.group_size
+
+    def micro_sequences(self, method: str) -> int:
+        """Sequences in one forward/backward pass (DPO: chosen + rejected of each pair)."""
+        per_step = self.sequences_per_step(method)
+        unit = 2 if method == "dpo" else 1
+        return min(per_step, self.micro_batch_size * unit) if self.micro_batch_size else per_step
+
+
+@dataclass
+class NetworkMemory:
+    """Static bytes of one resident network under the precision policy (exact)."""
+
+    role: str
+    trained: bool
+    storage: str
+    """dtype the weights are stored in (float32 for trained networks: the master weights)."""
+    parameters: int
+    """Parameters this role holds (0 for a LoRA reference: it is the actor's base)."""
+    trainable_parameters: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    working_copy_bytes: int
+    """bf16 casts of the linear weights that autocast caches while this network computes (0 unless trained under
+    bf16 autocast); counted in the phases it computes in, not in the static total."""
+
+    @property
+    def static_bytes(self) -> int:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+@dataclass
+class Prediction:
+    """The model's answer for one (shape, method, settings)."""
+
+    method: str
+    model: str
+    parameters: int
+    settings: Settings
+    networks: dict[str, NetworkMemory]
+    static_bytes: int
+    phases: dict[str, dict[str, int]]
+    """phase -> {term: bytes} on top of the static total; each has a 'total'."""
+    activations_bytes: dict[str, int]
+    """Saved activations of the trained networks per micro-batch: {'checkpointing', 'no_checkpointing'}."""
+    kv_cache_bytes: int
+    logits_bytes: int
+    """Logit memory of one update micro-batch (output, its gradient, the fp32 log-softmax upcast)."""
+    peak_bytes: int
+    peak_phase: str
+    fits: bool
+    max_micro_batch: int
+    """Largest micro-batch (sequences; DPO pairs) whose peak fits gpu_memory (0: none)."""
+    gpus_data_parallel: int | None
+    """GPUs needed when each holds every network and a share of the rollout (None: never fits)."""
+    gpus_zero3: int | None
+    """GPUs needed with weights, gradients and optimizer state sharded (ZeRO-3); None: not within MAX_GPUS."""
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data: what `bench estimate --json` prints and a sweep stores beside each measurement."""
+        return {
+            "method": self.method, "model": self.model, "parameters": self.parameters,
+            "settings": asdict(self.settings),
+            "static_bytes": self.static_bytes, "peak_bytes": self.peak_bytes, "peak_phase": self.peak_phase,
+            "gpu_memory_bytes": self.settings.gpu_memory_bytes, "fits": self.fits,
+            "max_micro_batch": self.max_micro_batch, "gpus_data_parallel": self.gpus_data_parallel,
+            "gpus_zero3": self.gpus_zero3,
+            "networks": {role: {**asdict(n), "static_bytes": n.static_bytes} for role, n in self.networks.items()},
+            "phases": self.phases, "activations_bytes": self.activations_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes, "logits_bytes": self.logits_bytes, "notes": self.notes,
+        }
+
+
+# ----------------------------------------------------------------------------------------------
+# Static terms (exact)
+
+
+def roles_for(method: str, settings: Settings) -> tuple[str, ...]:
+    """Resident networks of ``method``: the reference only with kl_beta > 0 (DPO always has one)."""
+    if method not in METHOD_ROLES:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHOD_ROLES)}")
+    roles = METHOD_ROLES[method]
+    if method != "dpo" and settings.kl_beta <= 0:
+        roles = tuple(r for r in roles if r != "reference")
+    return roles
+
+
+def network_memory(shape: Shape, role: str, settings: Settings) -> NetworkMemory:
+    """Exact static bytes of one role (see the module docstring for what each network is)."""
+    trained = role in TRAINED_ROLES
+    storage = "float32" if trained else settings.dtype
+    size = DTYPE_BYTES[storage]
+    lora = settings.lora_rank > 0
+    if role in ("actor", "reference"):
+        tensors = shape.lm_tensors()
+    elif role == "critic":
+        tensors = shape.backbone_tensors() + [shape.hidden, 1]  # value head weight (1 x h) and bias, float32
+    else:  # reward: sequence classification, score row (1 x h), no bias
+        tensors = shape.backbone_tensors() + [shape.hidden]
+    if role == "reference" and lora:
+        return NetworkMemory(role, False, storage, 0, 0, 0, 0, 0, 0)
+    base = sum(tensors)
+    if not trained:
+        return NetworkMemory(role, False, storage, base, 0, base * size, 0, 0, 0)
+    if lora:
+        adapters, adapter_tensors = shape.lora_parameters(settings.lora_rank)
+        head = [shape.hidden, 1] if role == "critic" else []  # the critic's value head is trained in full
+        trainable, trainable_tensors = adapters + sum(head), adapter_tensors + len(head)
+        params = base + adapters
+    else:
+        trainable, trainable_tensors, params = base, len(tensors), base
+    # Under bf16 autocast a trained network's linear weights get a cached bf16 copy while it computes.
+    autocast = settings.dtype != "float32"
+    copies = 2 * (shape.linear_weights(lm_head=role == "actor")) if autocast else 0
+    return NetworkMemory(
+        role=role, trained=True, storage=storage, parameters=params, trainable_parameters=trainable,
+        weights_bytes=params * size,
+        gradients_bytes=trainable * size,
+        optimizer_bytes=ADAM_MOMENTS * trainable * size + ADAM_STEP_BYTES * trainable_tensors,
+        working_copy_bytes=copies)
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-phase terms (approximate)
+
+
+def activation_bytes_per_token_layer(shape: Shape, dtype: str) -> int:
+    """Bytes one token saves for backward in one decoder layer without checkpointing (module docstring)."""
+    a, r = DTYPE_BYTES[dtype], 4
+    h, hq, i = shape.hidden, shape.q_width, shape.intermediate
+    norms = 4 * r * h                                        # two RMSNorms: fp32 input + normalised output
+    projection_inputs = 5 * a * h if dtype != "float32" else 2 * r * h  # per-linear bf16 casts, or shared fp32
+    attention = 4 * a * hq + 4 * shape.heads                 # q, repeated K and V, output; fp32 logsumexp
+    mlp = 4 * a * i                                          # gate, SiLU(gate), up, product
+    return norms + projection_inputs + attention + mlp
+
+
+def activation_bytes(shape: Shape, dtype: str, tokens: int, checkpointing: bool) -> int:
+    """Saved activations of one trained network for ``tokens`` tokens in one forward/backward (approximate)."""
+    per_layer = activation_bytes_per_token_layer(shape, dtype)
+    final_norm = 3 * 4 * shape.hidden                        # fp32 input, normalised output, head input
+    if checkpointing:  # each layer's fp32 input kept; one layer rebuilt at a time in the backward pass
+        return tokens * (shape.layers * 4 * shape.hidden + per_layer + final_norm)
+    return tokens * (shape.layers * per_layer + final_norm)
+
+
+def forward_working_bytes(shape: Shape, dtype: str, tokens: int) -> int:
+    """One layer's transient working set in a no-grad forward (the MLP's three intermediates dominate)."""
+    a = DTYPE_BYTES[dtype]
+    return tokens * (3 * a * shape.intermediate + a * (shape.q_width + 2 * shape.kv_width) + 2 * 4 * shape.hidden)
+
+
+FUSED_TILE = (4096, 4096)
+"""(tokens, vocabulary entries) of one float32 tile of TRL's fused LM head (trl/kernels/chunked_logprob.py tiles
+4,096 tokens; the vocabulary width is the caller's chunk size, assumed 4,096)."""
+
+
+def logit_bytes(shape: Shape, dtype: str, sequences: int, positions: int, method: str, backward: bool) -> int:
+    """Logit memory of ``sequences`` x ``positions`` scored positions in one forward (and backward).
+
+    engine (ppo, grpo_engine): the LM head's output (a bytes, kept for backward), its gradient of the same size,
+    and a float32 copy plus probabilities of one sequence at a time (baselines.rl_math._TokenLogprobs).
+    TRL GRPO: the output and the row-by-row log-softmax outputs (a bytes each; trl selective_log_softmax),
+    whose gradient replaces them in the backward pass. DPO: TRL 1.16's fused LM head never materialises the
+    logits; one float32 tile (FUSED_TILE), twice with the backward pass.
+    """
+    a = DTYPE_BYTES[dtype]
+    tokens = sequences * positions
+    if method == "dpo":
+        return 4 * FUSED_TILE[0] * min(FUSED_TILE[1], shape.vocab) * (2 if backward else 1)
+    if method in ENGINE_METHODS:
+        return shape.vocab * (tokens * a * (2 if backward else 1) + 2 * 4 * positions)
+    return shape.vocab * tokens * a * 2
+
+
+def kv_cache_bytes(shape: Shape, dtype: str, sequences: int, tokens: int) -> int:
+    """K and V of every layer for ``sequences`` x ``tokens`` (a bytes each: the projections' compute dtype)."""
+    return 2 * shape.layers * shape.kv_width * DTYPE_BYTES[dtype] * sequences * tokens
+
+
+def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory],
+            share: int = 1, sharded: int = 1) -> dict[str, dict[str, int]]:
+    """Bytes each phase adds on top of the static total; ``share``: GPUs the rollout is split over; ``sharded``:
+    GPUs the weights are sharded over (ZeRO-3: each holds 1/N of the bf16 working copies too)."""
+    compute = "float32" if s.dtype == "float32" else "bfloat16"
+    mb = max(1, math.ceil(s.micro_sequences(method) / share)) if share > 1 else s.micro_sequences(method)
+    seq_len = s.prompt_tokens + s.completion_tokens
+    copies = {role: math.ceil(n.working_copy_bytes / sharded) for role, n in nets.items()}
+    phases: dict[str, dict[str, int]] = {}
+    if method == "dpo":
+        logit_positions = seq_len  # TRL's DPO scores the whole chosen and rejected sequences
+    else:
+        logit_positions = s.completion_tokens + 1  # logits_to_keep = T + 1
+        rollout = max(1, math.ceil(s.prompts_per_step * s.group_size / share))
+        gen = {"kv_cache": kv_cache_bytes(shape, compute, rollout, seq_len),
+               "sampling_logits": 3 * 4 * shape.vocab * rollout,
+               "prefill_working": forward_working_bytes(shape, compute, rollout * s.prompt_tokens),
+               "actor_working_copy": copies["actor"]}
+        phases["generation"] = gen
+        if "reward" in nets:
+            phases["reward"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len)
+                                + mb * seq_len * shape.hidden * DTYPE_BYTES[compute]}
+    if "reference" in nets or method == "dpo":
+        phases["reference"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len),
+                               "logits": logit_bytes(shape, compute, mb, logit_positions, method, backward=False)}
+    if "critic" in nets:
+        phases["critic"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len),
+                            "critic_working_copy": copies["critic"]}
+    update = {"activations": sum(activation_bytes(shape, compute, mb * seq_len, s.gradient_checkpointing)
+                                 for role in nets if role in TRAINED_ROLES),
+              "logits": logit_bytes(shape, compute, mb, logit_positions, method, backward=True),
+              "working_copies": sum(copies.values())}
+    phases["update"] = update
+    for terms in phases.values():
+        terms["total"] = sum(terms.values())
+    return phases
+
+
+def _peak(static: int, phases: dict[str, dict[str, int]]) -> tuple[int, str]:
+    phase = max(phases, key=lambda p: phases[p]["total"])
+    return static + phases[phase]["total"], phase
+
+
+# ----------------------------------------------------------------------------------------------
+# The prediction
+
+
+def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | None = None,
+            model: str = "custom") -> Prediction:
+    """Static bytes per network (exact), per-phase bytes, the peak and its phase, and what fits ``settings``'s GPU.
+
+    ``shape``: a Shape or config.json shape fields; ``method``: a key of METHOD_ROLES (ValueError otherwise).
+    """
+    s = settings or Settings()
+    sh = shape if isinstance(shape, Shape) else Shape.from_fields(shape)
+    roles = roles_for(method, s)
+    nets = {role: network_memory(sh, role, s) for role in roles}
+    static = sum(n.static_bytes for n in nets.values())
+    phases = _phases(sh, method, s, nets)
+    peak, peak_phase = _peak(static, phases)
+    compute = "float32" if s.dtype == "float32" else "bfloat16"
+    tokens = s.micro_sequences(method) * (s.prompt_tokens + s.completion_tokens)
+    trained = sum(role in TRAINED_ROLES for role in roles)
+    acts = {"checkpointing": trained * activation_bytes(sh, compute, tokens, True),
+            "no_checkpointing": trained * activation_bytes(sh, compute, tokens, False)}
+    kv = phases.get("generation", {}).get("kv_cache", 0)
+    notes = ["static terms exact; per-phase terms approximate (no allocator cache, CUDA context or fragmentation)"]
+    if s.lora_rank and "critic" in nets:
+        notes.append("LoRA on the critic is modelled like the actor's; the suite engine does not run LoRA yet")
+    return Prediction(
+        method=method, model=model, parameters=sh.parameters(), settings=s, networks=nets, static_bytes=static,
+        phases=phases, activations_bytes=acts, kv_cache_bytes=kv, logits_bytes=phases["update"]["logits"],
+        peak_bytes=peak, peak_phase=peak_phase, fits=peak <= s.gpu_memory_bytes,
+        max_micro_batch=max_micro_batch(sh, method, s), gpus_data_parallel=gpus_data_parallel(sh, method, s),
+        gpus_zero3=gpus_zero3(sh, method, s), notes=notes)
+
+
+def _peak_for(shape: Shape, method: str, s: Settings, share: int = 1, sharded: int = 1) -> int:
+    """Per-GPU peak with the rollout split over ``share`` GPUs and the static terms over ``sharded`` GPUs."""
+    nets = {role: network_memory(shape, role, s) for role in roles_for(method, s)}
+    static = sum(n.static_bytes for n in nets.values())
+    phases = _phases(shape, method, s, nets, share=share, sharded=sharded)
+    extra = max(p["total"] for p in phases.values())
+    if sharded > 1:  # ZeRO-3: each GPU keeps 1/N of the state and gathers one layer's full weights at a time
+        largest = max(network_memory(shape, r, s).weights_bytes for r in nets)
+        return math.ceil(static / sharded) + largest // max(1, shape.layers) + extra
+    return static + extra
+
+
+def max_micro_batch(shape: Shape, method: str, s: Settings) -> int:
+    """Largest micro-batch (sequences; DPO pairs) whose predicted peak fits ``s.gpu_memory_bytes`` (0: none)."""
+    limit = s.sequences_per_step(method) // (2 if method == "dpo" else 1)
+    best = 0
+    lo, hi = 1, limit  # the peak grows with the micro-batch: binary search
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if _peak_for(shape, method, replace(s, micro_batch_size=mid)) <= s.gpu_memory_bytes:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def gpus_data_parallel(shape: Shape, method: str, s: Settings) -> int | None:
+    """GPUs needed under plain data parallelism: every GPU holds every network, the rollout and micro-batch are
+    split. None when even one sequence per GPU does not fit (the static terms alone may exceed the GPU)."""
+    return _smallest_count(lambda n: _peak_for(shape, method, s, share=n), s.gpu_memory_bytes,
+                           s.sequences_per_step(method))
+
+
+def gpus_zero3(shape: Shape, method: str, s: Settings) -> int | None:
+    """GPUs needed under ZeRO-3 (weights, gradients, optimizer state sharded; rollout split); None past MAX_GPUS."""
+    return _smallest_count(lambda n: _peak_for(shape, method, s, share=n, sharded=n), s.gpu_memory_bytes, MAX_GPUS)
+
+
+def _smallest_count(peak_at: Any, limit: int, most: int) -> int | None:
+    """Smallest n in 1..most with peak_at(n) <= limit (peaks fall as n grows; doubling then bisection)."""
+    if peak_at(1) <= limit:
+        return 1
+    hi = 2
+    while hi < most and peak_at(hi) > limit:
+        hi *= 2
+    hi = min(hi, most)
+    if peak_at(hi) > limit:
+        return None
+    lo = hi // 2 + 1 if hi > 2 else 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if peak_at(mid) <= limit:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+# ----------------------------------------------------------------------------------------------
+# From a spec
+
+
+def settings_from_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB, prompt_tokens: int = 256) -> Settings:
+    """Settings of a ``bench.spec.Spec`` for ``method`` (its own KL coefficient when it declares one)."""
+    t, cfg = spec.train, spec.methods.get(method)
+    own = getattr(cfg, "beta", None) if method in ("grpo", "grpo_engine") else getattr(cfg, "kl_coef", None)
+    return Settings(dtype=spec.model.dtype, micro_batch_size=t.micro_batch_size, prompt_tokens=prompt_tokens,
+                    completion_tokens=spec.generation.max_new_tokens, group_size=t.group_size,
+                    prompts_per_step=t.prompts_per_step, gradient_checkpointing=t.gradient_checkpointing,
+                    lora_rank=t.lora.r if t.lora.enabled else 0, kl_beta=t.kl_beta if own is None else own,
+                    gpu_memory_bytes=gpu_memory_bytes)
+
+
+def shape_fields_from_spec(spec: Any) -> tuple[str, dict[str, Any]]:
+    """(model name, shape fields) of the network a spec trains: a shipped architecture (scaled), the tiny model,
+    or a local folder's config.json. Raises bench.errors.UserError when the shape cannot be known offline."""
+    import json
+    from pathlib import Path
+
+    from bench.errors import UserError
+
+    m = spec.model
+    if m.source == "architecture":
+        from bench.architectures import scaled_fields
+
+        return m.architecture, scaled_fields(m.architecture, m.scale)
+    if m.source == "tiny":
+        t = m.tiny  # vocab_size is the tokenizer's upper bound: the embedding has at most that many rows
+        return "tiny", {"model_type": "qwen2", "hidden_size": t.hidden_size, "num_hidden_layers": t.num_layers,
+                        "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_heads,
+                        "intermediate_size": t.intermediate_size, "vocab_size": t.vocab_size,
+                        "tie_word_embeddings": True}
+    config = Path(str(m.name_or_path)) / "config.json"
+    if config.is_file():
+        return str(m.name_or_path), json.loads(config.read_text(encoding="utf-8"))
+    raise UserError(f"the memory model needs the shape of '{m.name_or_path}' offline; use model.source=architecture "
+                    f"or a local folder with a config.json")
+
+
+def predict_for_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB, prompt_tokens: int = 256) -> Prediction:
+    """The prediction for one method of a ``bench.spec.Spec`` (a sweep stores it beside each measurement).
+
+    ``method`` is a registry name (ppo, ppo_verifier, grpo, grpo_engine, dpo); ``prompt_tokens`` the padded
+    prompt length (the spec does not fix it: it comes from the data).
+    """
+    name, fields = shape_fields_from_spec(spec)
+    return predict(fields, method, settings_from_spec(spec, method, gpu_memory_bytes, prompt_tokens), model=name)

@@ -1,0 +1,232 @@
+"""The memory model (bench.memory_model): every term against hand arithmetic on a small shape; weights, gradients
+and optimizer state exactly against the static accounting of real modules (scaled Qwen and Llama, fp32 and
+bf16-with-fp32-master, LoRA); the search answers (largest micro-batch, GPU counts); no torch import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from bench.architectures import architecture_config, architecture_fields, build_random_model, parameter_count
+from bench.memory_model import (
+    GIB,
+    Settings,
+    Shape,
+    gpus_data_parallel,
+    predict,
+    predict_for_spec,
+)
+from bench.spec import ScaleSpec
+
+# A Qwen2-type shape small enough to count by hand: 2 layers, hidden 8, MLP 16, 2 query heads and 1 KV head of
+# width 4 (q width 8, kv width 4), 32 vocabulary entries, untied LM head, q/k/v biases.
+SMALL = Shape(layers=2, hidden=8, intermediate=16, heads=2, kv_heads=1, vocab=32, tied_embeddings=False,
+              head_dim=4, qkv_bias=True)
+SMALL_SETTINGS = Settings(dtype="bfloat16", micro_batch_size=2, prompt_tokens=3, completion_tokens=5, group_size=2,
+                          prompts_per_step=2, gradient_checkpointing=False, kl_beta=0.04)
+
+
+def test_every_term_of_a_small_ppo_step_matches_hand_arithmetic():
+    p = predict(SMALL, "ppo", SMALL_SETTINGS)
+    # Per layer: q 8x8=64, k 8x4=32, v 32, o 64, gate 8x16=128, up 128, down 128 (linears 576) + q/k/v biases
+    # 8+4+4=16 + two norms 16 = 608 elements in 12 tensors. LM: embedding 32x8=256 + 2x608 + final norm 8 +
+    # LM head 256 = 1736 elements in 1 + 24 + 1 + 1 = 27 tensors.
+    assert SMALL.parameters() == 1736
+    actor = p.networks["actor"]
+    assert (actor.weights_bytes, actor.gradients_bytes) == (1736 * 4, 1736 * 4)  # fp32 master weights and grads
+    assert actor.optimizer_bytes == 2 * 1736 * 4 + 4 * 27  # two fp32 moments + a 4-byte step per tensor = 13996
+    # Critic: backbone 256 + 1216 + 8 = 1480 + value head 8 + 1 = 1489 elements in 26 + 2 = 28 tensors, fp32.
+    critic = p.networks["critic"]
+    assert (critic.weights_bytes, critic.gradients_bytes, critic.optimizer_bytes) == (5956, 5956, 11912 + 112)
+    # Frozen networks in bf16: reward = backbone 1480 + score row 8; reference = the whole LM.
+    assert (p.networks["reward"].weights_bytes, p.networks["reward"].optimizer_bytes) == (1488 * 2, 0)
+    assert (p.networks["reference"].weights_bytes, p.networks["reference"].gradients_bytes) == (1736 * 2, 0)
+    assert p.static_bytes == 6944 * 2 + 13996 + 5956 * 2 + 12024 + 2976 + 3472 == 58268
+    # bf16 autocast copies: actor linears 2x576 + LM head 256 = 1408 x 2 B; critic 1152 x 2 B.
+    assert (actor.working_copy_bytes, critic.working_copy_bytes) == (2816, 2304)
+
+    gen = p.phases["generation"]
+    # 2 prompts x G 2 = 4 sequences of 3 + 5 tokens: K and V x 2 layers x kv width 4 x 2 B = 32 B per token.
+    assert gen["kv_cache"] == 4 * 8 * 32 == 1024 == p.kv_cache_bytes
+    assert gen["sampling_logits"] == 3 * 4 * 32 * 4  # logits, processed scores, probabilities: fp32, per sequence
+    # One layer's no-grad working set per token: 3 x 2 x 16 (MLP) + 2 x (8 + 2 x 4) (q, k, v) + 2 x 4 x 8 = 192 B;
+    # the prefill covers 4 x 3 prompt tokens.
+    assert gen["prefill_working"] == 12 * 192
+    assert gen["total"] == 1024 + 1536 + 2304 + 2816
+
+    # Scoring forwards see one micro-batch: 2 sequences x 8 tokens = 16 tokens.
+    assert p.phases["reward"]["total"] == 16 * 192 + 16 * 8 * 2  # + the last hidden state in bf16
+    # Engine logits over T + 1 = 6 positions: 32 x (12 tokens x 2 B) + one sequence's fp32 copy and probabilities.
+    assert p.phases["reference"] == {"forward_working": 3072, "logits": 32 * (12 * 2 + 2 * 4 * 6), "total": 5376}
+    assert p.phases["critic"]["total"] == 3072 + 2304
+
+    # Saved activations per token per layer (bf16 autocast, fp32 residual): norms 4x4x8 = 128, per-linear bf16
+    # input casts 5x2x8 = 80, attention 4x2x8 + 4x2 heads = 72, MLP 4x2x16 = 128 -> 408 B; final norm 3x4x8 = 96.
+    per_net = 16 * (2 * 408 + 96)
+    assert p.activations_bytes["no_checkpointing"] == 2 * per_net  # actor and critic
+    # Checkpointing keeps each layer's fp32 input (2 x 4 x 8) and rebuilds one layer: 16 x (64 + 408 + 96).
+    assert p.activations_bytes["checkpointing"] == 2 * 16 * (64 + 408 + 96)
+    update = p.phases["update"]
+    assert update["activations"] == 2 * per_net
+    assert update["logits"] == 32 * (12 * 2 * 2 + 2 * 4 * 6) == p.logits_bytes  # output + its gradient
+    assert update["working_copies"] == 2816 + 2304
+    assert (p.peak_phase, p.peak_bytes) == ("update", 58268 + 2 * per_net + 3072 + 5120)
+
+
+def test_methods_keep_their_networks_and_the_reference_goes_with_kl_zero():
+    assert set(predict(SMALL, "ppo", SMALL_SETTINGS).networks) == {"actor", "critic", "reward", "reference"}
+    assert set(predict(SMALL, "ppo_verifier", SMALL_SETTINGS).networks) == {"actor", "critic", "reference"}
+    assert set(predict(SMALL, "grpo", SMALL_SETTINGS).networks) == {"actor", "reference"}
+    assert set(predict(SMALL, "grpo", replace(SMALL_SETTINGS, kl_beta=0)).networks) == {"actor"}
+    dpo = predict(SMALL, "dpo", replace(SMALL_SETTINGS, kl_beta=0))
+    assert set(dpo.networks) == {"actor", "reference"} and "generation" not in dpo.phases
+    with pytest.raises(ValueError, match="unknown method 'rloo'"):
+        predict(SMALL, "rloo", SMALL_SETTINGS)
+
+
+def test_float32_has_no_working_copies_and_stores_the_frozen_networks_in_float32():
+    p = predict(SMALL, "ppo", replace(SMALL_SETTINGS, dtype="float32"))
+    assert p.networks["reference"].weights_bytes == 1736 * 4
+    assert all(n.working_copy_bytes == 0 for n in p.networks.values())
+
+
+def test_shape_counts_match_the_architectures_module_for_every_shipped_model():
+    for name in ("qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-72b", "llama-3.1-8b", "llama-3.1-70b"):
+        assert Shape.from_fields(architecture_fields(name)).parameters() == parameter_count(name)
+
+
+def test_checkpointing_and_smaller_micro_batches_lower_the_update_peak():
+    fields = architecture_fields("qwen2.5-7b")
+    on = predict(fields, "grpo", Settings(gradient_checkpointing=True))
+    off = predict(fields, "grpo", Settings(gradient_checkpointing=False))
+    assert on.activations_bytes == off.activations_bytes  # both are always reported
+    assert on.phases["update"]["activations"] < off.phases["update"]["activations"] / 5
+    small = predict(fields, "grpo", Settings(micro_batch_size=1))
+    assert small.phases["update"]["total"] < on.phases["update"]["total"]
+    assert small.static_bytes == on.static_bytes
+
+
+def test_the_largest_micro_batch_fits_and_one_more_does_not():
+    fields = architecture_fields("qwen2.5-0.5b")
+    s = Settings(gpu_memory_bytes=24 * GIB)
+    p = predict(fields, "ppo", s)
+    assert p.max_micro_batch >= 1
+    assert predict(fields, "ppo", replace(s, micro_batch_size=p.max_micro_batch)).fits
+    assert not predict(fields, "ppo", replace(s, micro_batch_size=p.max_micro_batch + 1)).fits
+
+
+def test_gpu_counts_data_parallel_needs_the_static_terms_on_one_gpu_zero3_shards_them():
+    fields = architecture_fields("llama-3.1-70b")
+    p = predict(fields, "ppo", Settings(gpu_memory_bytes=80 * GIB))
+    assert not p.fits and p.max_micro_batch == 0
+    assert p.gpus_data_parallel is None  # 4 networks of 70B: ~2.3 TiB of static state on every GPU
+    assert p.gpus_zero3 is not None and p.gpus_zero3 * 80 * GIB > p.static_bytes
+    small = Settings(gpu_memory_bytes=80 * GIB, micro_batch_size=8)
+    assert gpus_data_parallel(Shape.from_fields(architecture_fields("qwen2.5-0.5b")), "ppo", small) == 1
+
+
+def test_to_json_has_the_fields_the_cli_and_the_sweep_read():
+    data = predict(SMALL, "ppo", SMALL_SETTINGS, model="small").to_json()
+    for key in ("method", "model", "parameters", "static_bytes", "peak_bytes", "peak_phase", "fits", "networks"):
+        assert key in data
+    assert data["networks"]["actor"]["weights_bytes"] == 6944
+    assert {"weights_bytes", "gradients_bytes", "optimizer_bytes"} <= set(data["networks"]["critic"])
+
+
+def test_predict_for_spec_reads_the_shape_and_settings_of_a_preset():
+    from bench.spec import load_spec
+
+    spec = load_spec("systems-qwen0.5b")
+    p = predict_for_spec(spec, "ppo")
+    assert p.model == "qwen2.5-0.5b" and p.parameters == parameter_count("qwen2.5-0.5b")
+    assert (p.settings.micro_batch_size, p.settings.completion_tokens, p.settings.group_size) == (8, 512, 8)
+    assert p.settings.gradient_checkpointing and p.settings.dtype == "bfloat16"
+    scaled = load_spec("systems-qwen0.5b", ["model.scale.num_layers=2", "model.scale.width_divisor=8"])
+    assert predict_for_spec(scaled, "grpo").parameters == parameter_count(architecture_config(
+        "qwen2.5-0.5b", ScaleSpec(num_layers=2, width_divisor=8)))
+
+
+def test_the_module_imports_no_torch():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+            "import bench.memory_model as m, bench.architectures as a\n"
+            "p = m.predict(a.architecture_fields('qwen2.5-7b'), 'ppo'); print(p.peak_phase)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in {"generation", "reward", "reference", "critic", "update"}
+
+
+# ------------------------------------------------------------------------------------------------ exact vs accounting
+
+SCALED = {
+    "qwen": ("qwen2.5-0.5b", ScaleSpec(num_layers=2, width_divisor=8, vocab_size=2048)),   # tied, biases
+    "llama": ("llama-3.1-8b", ScaleSpec(num_layers=2, width_divisor=64, vocab_size=2048)),  # untied, no biases
+}
+
+
+def _measured_ppo_accounting(name: str, scale: ScaleSpec, dtype: str, lora_rank: int = 0) -> dict:
+    """account_networks of the four PPO networks built as the suite builds them, after one AdamW step."""
+    import torch
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    from baselines.rollout_engine import ValueModel
+    from bench.precision import storage_dtype
+    from bench.telemetry.accounting import account_networks
+
+    config = architecture_config(name, scale)
+    actor = build_random_model(config, storage_dtype(dtype, True), seed=0)
+    networks = {"actor": actor}
+    if lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        actor = get_peft_model(actor, LoraConfig(r=lora_rank, target_modules="all-linear", task_type="CAUSAL_LM"))
+        networks = {"actor": actor, "reference": actor.get_base_model()}  # adapters off: the same weights
+    else:
+        reference = build_random_model(config, storage_dtype(dtype, False), seed=0).requires_grad_(False)
+        backbone = AutoModel.from_config(config, dtype=torch.float32)
+        critic = ValueModel(backbone, config.hidden_size)
+        reward_config = architecture_config(name, scale)
+        reward_config.num_labels = 1
+        reward = AutoModelForSequenceClassification.from_config(reward_config, dtype=getattr(torch, dtype))
+        networks.update(critic=critic, reward=reward.requires_grad_(False), reference=reference)
+    optimizers = {role: torch.optim.AdamW([p for p in networks[role].parameters() if p.requires_grad], lr=1e-3)
+                  for role in ("actor", "critic") if role in networks}
+    ids = torch.tensor([[1, 2, 3, 4]])
+    loss = actor(input_ids=ids).logits.float().mean()
+    if "critic" in networks:
+        loss = loss + networks["critic"].values(networks["critic"].hidden(ids, torch.ones_like(ids), ids - 1)).mean()
+    loss.backward()
+    for opt in optimizers.values():
+        opt.step()
+    return account_networks(networks, optimizers)
+
+
+@pytest.mark.parametrize("family", sorted(SCALED))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_static_terms_equal_the_accounting_of_real_modules(family, dtype):
+    name, scale = SCALED[family]
+    from bench.architectures import scaled_fields
+
+    measured = _measured_ppo_accounting(name, scale, dtype)
+    predicted = predict(scaled_fields(name, scale), "ppo", Settings(dtype=dtype)).networks
+    for role, m in measured.items():
+        assert m["grad_materialized"] and m["optimizer_state_materialized"]
+        p = predicted[role]
+        assert (p.weights_bytes, p.gradients_bytes, p.optimizer_bytes) == (
+            m["weight_bytes"], m["grad_bytes"], m["optimizer_bytes"]), role
+        assert (p.parameters, p.trainable_parameters) == (m["params"], m["trainable_params"]), role
+
+
+def test_lora_terms_equal_the_accounting_of_a_peft_model():
+    pytest.importorskip("peft")
+    from bench.architectures import scaled_fields
+
+    name, scale = SCALED["qwen"]
+    measured = _measured_ppo_accounting(name, scale, "bfloat16", lora_rank=4)
+    predicted = predict(scaled_fields(name, scale), "grpo", Settings(dtype="bfloat16", lora_rank=4)).networks
+    for role in ("actor", "reference"):
+        m, p = measured[role], predicted[role]
+        assert (p.weights_bytes, p.gradients_bytes, p.optimizer_bytes) == (
+            m["weight_bytes"], m["grad_bytes"], m["optimizer_bytes"]), role
