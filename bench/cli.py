@@ -101,6 +101,12 @@ def _cmd_score(args: argparse.Namespace) -> int:
     return run_score(args)
 
 
+def _cmd_data(args: argparse.Namespace) -> int:
+    from bench.data_export import run_data
+
+    return run_data(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench", description="Matched PPO / DPO / GRPO benchmarks: memory, "
                                      "throughput and GSM8K accuracy.")
@@ -133,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_score_arguments(score)
     score.set_defaults(func=_cmd_score)
+
+    data = sub.add_parser("data", help="show or export the exact train and test splits a preset uses",
+                          description="Print each split's size and the train/test overlap checks; with --export DIR "
+                                      "write DIR/train.jsonl and DIR/test.jsonl (GSM8K columns question, answer).")
+    from bench.data_export import add_data_arguments
+
+    add_data_arguments(data)
+    data.set_defaults(func=_cmd_data)
 
     presets = sub.add_parser("presets", help="list the shipped presets", description="List presets, one line each.")
     presets.set_defaults(func=_cmd_presets)
