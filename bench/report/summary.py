@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report import fmt, networks, tables
+from bench.report import citation, claims, findings, fmt, networks, overview, tables
 from bench.report import phases as phase_times
 from bench.report.load import Suite
 
@@ -60,23 +60,89 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _md_section(title: str, key: str, table: fmt.Table) -> list[str]:
     """A titled Markdown table with its intro, warnings and notes; nothing when the table is empty."""
+    return md_table_section(title, intro(key), table)
+
+
+def md_table_section(title: str, intro_text: str, table: fmt.Table) -> list[str]:
+    """A titled Markdown table: intro, the table (best cells of a MarkedTable in bold), warnings and notes."""
     if not table:
         return []
-    lines = [f"## {title}", "", tables.INTROS[key], "", _md_table(table.header, table.rows), ""]
+    best = getattr(table, "best", set())
+    rows = [[f"**{c}**" if (i, j) in best else c for j, c in enumerate(row)] for i, row in enumerate(table.rows)]
+    lines = [f"## {title}", ""] + ([intro_text, ""] if intro_text else []) + [_md_table(table.header, rows), ""]
     lines += [f"> **Warning:** {_md_cell(w)}" for w in table.warnings] + ([""] if table.warnings else [])
     lines += [f"- {_md_cell(n)}" for n in table.notes] + ([""] if table.notes else [])
     return lines
 
 
+INTROS = {
+    "findings": "What this run measured, generated from its result files: each with its number, uncertainty and "
+                "source. Differences between methods are called significant only when the Holm-adjusted McNemar "
+                "p-value is below 0.05.",
+    "claims": "The seed texts' quantitative claims (baselines/claims.yaml) beside what this run measured.",
+    "headline": "One row per method: the networks it keeps, what they cost, how fast it ran and what it bought.",
+    "cite": "What a citation of this run needs.",
+    "phase_share": "Where each run's time went: seconds per phase and the share of the run's phase time.",
+    "phase_memory": "Peak memory per phase (MiB); on CPU as the change over the reading after the models loaded.",
+    "results": "One row per run (seed), both suite scoring modes and the share of trained weights that moved.",
+}
+"""Intros of the sections this module adds; the others are tables.INTROS (owned with their tables)."""
+
+
+def intro(key: str) -> str:
+    return INTROS.get(key) or tables.INTROS.get(key, "")
+
+
+KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation")
+"""Detail tables placed by name; any other table tables.detail_tables adds is shown under its own key."""
+
+
+def extra_detail(detail: dict[str, fmt.Table]) -> list[tuple[str, str, fmt.Table]]:
+    """(key, title, table) of detail tables this module does not place by name (new statistics tables)."""
+    return [(k, k.replace("_", " ").capitalize(), t) for k, t in detail.items() if k not in KNOWN_DETAIL and t]
+
+
+def findings_lines(suite: Suite) -> list[str]:
+    found = findings.findings(suite)
+    body = [f"{i}. {_md_cell(f.text)} ({_md_cell(f.basis)})" for i, f in enumerate(found, 1)]
+    return ["## Findings", "", INTROS["findings"], ""] + (body or ["No measurement in this run supports a finding "
+                                                                   "(no method run finished ok)."]) + [""]
+
+
+def cite_lines(suite: Suite) -> list[str]:
+    return ["## Cite this run", "", INTROS["cite"], "",
+            _md_table(["field", "value"], [[k, f"`{v}`" if k.startswith("command") and v != "not recorded" else v]
+                                           for k, v in citation.citation(suite)]), ""]
+
+
+def paired_rows(suite: Suite) -> tuple[list[str], list[list[str]]]:
+    """The paired-tests table as text: McNemar p, Holm-adjusted p, verdict and the bootstrap difference."""
+    tests = findings.paired_with_holm(suite)
+    header = ["A", "B", "questions", "A only right", "B only right", "McNemar p", "Holm-adjusted p", "at 5%",
+              "A − B (95% bootstrap CI)"]
+    rows = [[t["a"], t["b"], f"{t['n']:,}", str(t["a_only"]), str(t["b_only"]), fmt.p_value_text(t["p_value"]),
+             fmt.p_value_text(t["p_holm"]) if t["p_holm"] is not None else fmt.MISSING,
+             "significant" if t["p_holm"] is not None and t["p_holm"] < findings.ALPHA else "not significant",
+             f"{100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}]"] for t in tests]
+    return header, rows
+
+
 def summary_markdown(suite: Suite) -> str:
-    """The summary.md text, in the page's order: results, across seeds, paired tests, what differs, networks,
-    throughput, phases, stages, max lengths, generation settings and notes on sources."""
+    """The summary.md text, in the page's order: findings, claims check, headline, citation, then the details
+    (results per run, across seeds, paired tests, what differs, networks, throughput, phases, per-phase memory,
+    stages, max lengths, generation settings) and notes on sources."""
     parts = [f"# Benchmark summary: {suite.preset}", ""]
     if suite.description:
         parts += [fmt.cap_text(suite.description), ""]
+    parts += [f"> {_md_cell(p)}" for p in suite.problems] + ([""] if suite.problems else [])
+    parts += findings_lines(suite)
+    parts += md_table_section("Claims check", intro("claims"), claims.claims_table(suite))
+    parts += md_table_section("Headline", intro("headline"), overview.headline_table(suite))
+    parts += cite_lines(suite)
     head = headline_rows(suite)
     if head:
-        parts += ["## Results per method", "", _md_table(HEADLINE_COLUMNS, [r["cells"] for r in head]), ""]
+        parts += ["## Results per method", "", intro("results"), "",
+                  _md_table(HEADLINE_COLUMNS, [r["cells"] for r in head]), ""]
         errors = [(r["cells"][0], r["cells"][1], r["error"]) for r in head if r["error"]]
         for label, seed, err in errors:
             parts.append(f"- **{_md_cell(label)}** (seed {seed}) failed: {_md_cell(err)}")
@@ -88,21 +154,22 @@ def summary_markdown(suite: Suite) -> str:
         parts += ["No method runs were planned or found.", ""]
     detail = tables.detail_tables(suite)
     parts += _md_section("Across seeds", "seeds", detail["seeds"])
-    tests = tables.paired_tests(suite)
-    if tests:
-        parts += ["## Paired tests (strict accuracy, same questions)", "",
-                  _md_table(["A", "B", "questions", "A only right", "B only right", "McNemar p",
-                             "A − B (95% bootstrap CI)"],
-                            [[t["a"], t["b"], str(t["n"]), str(t["a_only"]), str(t["b_only"]),
-                              fmt.p_value_text(t["p_value"]),
-                              f"{100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}]"]
-                             for t in tests]), ""]
+    header, rows = paired_rows(suite)
+    if rows:
+        parts += ["## Paired tests (headline accuracy, same questions)", "",
+                  "Exact McNemar test on the questions where exactly one method is right, Holm-adjusted over "
+                  "every pair; A − B with a 95% paired-bootstrap interval. Runs are paired within a seed.", "",
+                  _md_table(header, rows), ""]
+    for key, title, table in extra_detail(detail):
+        parts += md_table_section(title, intro(key), table)
     header, rows = tables.what_differs(suite)
     if rows:
         parts += ["## What differs between methods", "", _md_table(header, rows), ""]
     parts += _md_section("Networks resident while training", "networks", detail["networks"])
     parts += _md_section("Throughput and time", "throughput", detail["throughput"])
     parts += _phase_section(suite)
+    parts += md_table_section("Time per phase: shares", intro("phase_share"), overview.phase_share_table(suite))
+    parts += md_table_section("Peak memory per phase", intro("phase_memory"), overview.phase_memory_table(suite))
     stages = tables.stage_rows(suite)
     if stages:
         parts += ["## Shared stages", "",

@@ -1,0 +1,214 @@
+"""Findings first: a short list of what the run measured, generated from the result files.
+
+Each finding carries its number, its uncertainty (or why it has none: an exact count, one reading) and its
+source, and is worded by what the statistics support: a difference between methods is "significant" only
+when its Holm-adjusted McNemar p-value is below :data:`ALPHA`, otherwise it reads "not significant". A finding
+is never written without a measurement behind it: a method with no reading simply contributes none.
+
+The measurement helpers here (static bytes per method, accuracy in the headline mode) are shared with the
+claims check (bench.report.claims), so a claim's verdict and the finding beside it read the same number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bench import stats
+from bench.report import fmt, tables
+from bench.report.load import Run, Suite
+
+ALPHA = 0.05
+"""Significance level of the paired tests, after Holm's adjustment over every pair on the page."""
+SAME_MEMORY = 0.05
+"""Two static totals within 5% of each other are "the same" (no finding)."""
+MAX_PAIR_FINDINGS = 3
+"""Significant pairs listed one by one; the rest are counted, so the list stays short."""
+CRITIC = "critic"
+
+
+@dataclass
+class Finding:
+    """One generated statement: ``text`` (the claim with its number) and ``basis`` (uncertainty and source)."""
+
+    text: str
+    basis: str
+
+    def line(self) -> str:
+        return f"{self.text} ({self.basis})"
+
+
+# --- measurements shared with claims.py ---------------------------------------------------------------
+def headline_mode(suite: Suite | None = None) -> str:
+    """The scoring mode findings quote: the folder's headline mode (report_settings.json, else the verifier's)."""
+    return str(getattr(suite, "headline_mode", None) or fmt.HEADLINE_MODE)
+
+
+def accuracy(run: Run, when: str, mode: str | None = None) -> dict[str, Any] | None:
+    """``fmt.score`` in ``mode`` (default: the verifier's headline mode); old 'strict' keys are read too."""
+    return fmt.score(run, when, mode or fmt.HEADLINE_MODE)
+
+
+def network_bytes(run: Run) -> dict[str, float]:
+    """Role -> weights + gradients + optimizer state bytes (static accounting).
+
+    Empty when any part is unknown (a missing count, or an optimizer that had not stepped when it was counted:
+    ``optimizer_state_materialized: False``), because a partial sum would understate the total."""
+    out = {}
+    for role, entry in (run.result.get("memory", {}).get("networks") or {}).items():
+        if not isinstance(entry, dict):
+            continue
+        parts = [fmt.num(entry.get(k)) for k in ("weight_bytes", "grad_bytes", "optimizer_bytes")]
+        if None in parts or entry.get("optimizer_state_materialized") is False:
+            return {}
+        out[str(role)] = float(sum(parts))
+    return out
+
+
+def static_by_label(suite: Suite) -> dict[str, tuple[Run, float]]:
+    """Label -> (run, total static bytes) for the first ok run per label with a complete network count."""
+    runs = fmt.first_per_label(ok_methods(suite), lambda r: bool(network_bytes(r)))
+    return {r.label: (r, sum(network_bytes(r).values())) for r in runs}
+
+
+def ok_methods(suite: Suite) -> list[Run]:
+    return [r for r in suite.methods if r.status == "ok"]
+
+
+def mib(value: float) -> str:
+    return f"{value / fmt.MIB:,.2f} MiB" if value < 4 * fmt.GIB else f"{value / fmt.GIB:,.2f} GiB"
+
+
+def seeds_text(runs: list[Run]) -> str:
+    seeds = sorted({r.result.get("seed") for r in runs if r.result.get("seed") is not None})
+    return f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} ({', '.join(map(str, seeds))})" if seeds else "seed n/a"
+
+
+def paired_with_holm(suite: Suite) -> list[dict[str, Any]]:
+    """tables.paired_tests with a Holm-adjusted p-value per pair (``p_holm``), over every pair on the page."""
+    tests = tables.paired_tests(suite)
+    if tests and "p_holm" not in tests[0]:
+        for t, p in zip(tests, stats.holm_adjust([t["p_value"] for t in tests])):
+            t["p_holm"] = p
+    return tests
+
+
+# --- the findings ---------------------------------------------------------------------------------------
+def _memory_findings(suite: Suite) -> list[Finding]:
+    """Static memory of each method against the smallest one (accounting: exact byte counts, no spread)."""
+    static = static_by_label(suite)
+    if len(static) < 2:
+        return []
+    base_label, (base_run, base) = min(static.items(), key=lambda kv: kv[1][1])
+    out = []
+    top_label, (top_run, top) = max(static.items(), key=lambda kv: kv[1][1])
+    for label, (run, total) in [(top_label, (top_run, top))]:  # the widest gap; the headline has the rest
+        if label == base_label or not base or abs(total / base - 1) < SAME_MEMORY:
+            continue
+        roles = ", ".join(network_bytes(run))
+        out.append(Finding(
+            f"{label}'s static training memory is {total / base:.2f}× {base_label}'s: {mib(total)} vs {mib(base)} "
+            f"(networks: {roles})",
+            "accounting of weights + gradients + optimizer state, exact byte counts"))
+    critic = [(lbl, network_bytes(r)[CRITIC]) for lbl, (r, _) in static.items() if CRITIC in network_bytes(r)]
+    if critic:
+        lbl, b = critic[0]
+        out.append(Finding(f"The critic alone costs {mib(b)} in {lbl} (weights + gradients + optimizer state)",
+                           "accounting, exact"))
+    return out
+
+
+def _peak_findings(suite: Suite) -> list[Finding]:
+    """Highest and lowest measured peak per memory source (one reading per run: no interval)."""
+    by_source: dict[str, list[tuple[str, float]]] = {}
+    names = fmt.display_names(suite.methods)
+    for run in ok_methods(suite):
+        memory = run.result.get("memory", {})
+        peak = fmt.num(memory.get("peak_bytes"))
+        if peak is not None and memory.get("source"):
+            by_source.setdefault(str(memory["source"]), []).append((names[run.run_id], peak))
+    out = []
+    for source, readings in by_source.items():
+        if len(readings) < 2:
+            continue
+        (lo_name, lo), (hi_name, hi) = min(readings, key=lambda x: x[1]), max(readings, key=lambda x: x[1])
+        gpu = source.startswith(("cuda", "nvml"))
+        what = "peak GPU memory" if gpu else "peak resident memory of the process (includes the Python runtime)"
+        out.append(Finding(f"Measured {what}: highest {hi_name} {mib(hi)}, lowest {lo_name} {mib(lo)} "
+                           f"({hi / lo:.2f}×)", f"{source}, one reading per run"))
+    return out
+
+
+def _accuracy_findings(suite: Suite) -> list[Finding]:
+    """The most accurate ok method run after training, and the lr-0 control (the noise floor) when present."""
+    names = fmt.display_names(suite.methods)
+    mode = headline_mode(suite)
+    scored = [(r, accuracy(r, "before", mode), accuracy(r, "after", mode)) for r in ok_methods(suite)]
+    scored = [(r, b, a) for r, b, a in scored if a is not None]
+    if not scored:
+        return []
+    out = []
+    top = max(scored, key=lambda x: x[2]["accuracy"])
+    control = [x for x in scored if x[0].result.get("method") == "control"]
+    for run, before, after in [top] + [c for c in control[:1] if c is not top]:
+        start = f" from {fmt.score_text(before)} before training" if before else ""
+        what = "Control (lr 0, the noise floor)" if run.result.get("method") == "control" else (
+            f"Highest accuracy after training: {names[run.run_id]}")
+        out.append(Finding(f"{what}: {fmt.score_text(after)}{start}",
+                           f"{mode}, 95% Wilson interval, n = {fmt.int_text(after.get('total'))}, "
+                           f"seed {run.result.get('seed')}; every method in the headline table"))
+    return out
+
+
+def _paired_findings(suite: Suite) -> list[Finding]:
+    """Differences between methods on the same questions, worded by the Holm-adjusted McNemar p-value."""
+    tests = paired_with_holm(suite)
+    significant = [t for t in tests if t["p_holm"] is not None and t["p_holm"] < ALPHA]
+    out = []
+    for t in sorted(significant, key=lambda t: t["p_holm"])[:MAX_PAIR_FINDINGS]:
+        out.append(Finding(
+            f"{t['a']} vs {t['b']}: {100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
+            f" significant", f"McNemar on {t['n']:,} paired questions, Holm-adjusted p = "
+            f"{fmt.p_value_text(t['p_holm'])}; 95% paired-bootstrap interval"))
+    more = len(significant) - len(out)
+    if more > 0:
+        out.append(Finding(f"{more} further method pair(s) differ significantly", "see Paired tests"))
+    quiet = [t for t in tests if t not in significant]
+    if quiet:
+        t = max(quiet, key=lambda t: abs(t["diff"]))
+        p = fmt.p_value_text(t["p_holm"]) if t["p_holm"] is not None else "n/a"
+        out.append(Finding(f"{len(quiet)} method pair(s) not significantly different, the largest gap "
+                           f"{t['a']} vs {t['b']} {100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, "
+                           f"{100 * t['diff_high']:+.1f}]", f"McNemar, Holm-adjusted p = {p} over {len(tests)} "
+                                                           f"pairs, α = {ALPHA}"))
+    return out
+
+
+def _speed_findings(suite: Suite) -> list[Finding]:
+    """Fastest vs slowest online method by completions per second of training time."""
+    names = fmt.display_names(suite.methods)
+    rates = [(names[r.run_id], fmt.throughput(r, "completions_per_s")) for r in ok_methods(suite)]
+    rates = [(n, v) for n, v in rates if v]
+    if len(rates) < 2:
+        return []
+    (lo_name, lo), (hi_name, hi) = min(rates, key=lambda x: x[1]), max(rates, key=lambda x: x[1])
+    parallel = ((suite.spec or {}).get("parallel_runs") or 1) > 1
+    caveat = "; runs shared the machine, so approximate" if parallel else ""
+    return [Finding(f"Generation throughput: {hi_name} {hi:,.1f} completions/s, {hi / lo:.2f}× {lo_name} "
+                    f"({lo:,.1f})", f"one run each, per second of training time{caveat}")]
+
+
+def _failure_findings(suite: Suite) -> list[Finding]:
+    bad = [r for r in suite.methods if r.status != "ok"]
+    if not bad:
+        return []
+    names = fmt.display_names(suite.methods)
+    listed = ", ".join(f"{names[r.run_id]} ({fmt.status_text(r)})" for r in bad)
+    return [Finding(f"{len(bad)} of {len(suite.methods)} method runs have no result: {listed}",
+                    "run status; their numbers are missing from every table")]
+
+
+def findings(suite: Suite) -> list[Finding]:
+    """The findings, most important first: failures, memory, accuracy differences, accuracy, speed."""
+    return (_failure_findings(suite) + _memory_findings(suite) + _peak_findings(suite) + _paired_findings(suite)
+            + _accuracy_findings(suite) + _speed_findings(suite))

@@ -1,0 +1,193 @@
+"""The tables a writeup quotes, in text: the headline per method, time per phase with shares, and per-phase
+peak memory. Figures illustrate these tables; no number lives only in a picture.
+
+The headline has one row per method (seeds pooled: accuracy is the mean over ok seeds when there are
+several, with every seed listed), marks the best value of each comparable column (``best``: (row, column)
+pairs), and compares peak memory only between runs whose readings share a source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import mean
+
+from bench.report import fmt
+from bench.report.findings import accuracy, headline_mode, network_bytes
+from bench.report.load import Run, Suite
+from bench.results import PHASES
+
+HEADLINE_HEADER = [
+    "method", "networks resident", "static memory per network (MiB, accounting)", "peak memory (source)",
+    "s/step (median)", "tokens/s", "completions/s", "accuracy before → after (95% CI)", "n questions", "seeds",
+    "status",
+]
+LOWER_IS_BETTER = {2: "static", 3: "peak", 4: "step"}
+HIGHER_IS_BETTER = {5: "tokens", 6: "completions", 7: "accuracy"}
+
+
+@dataclass
+class MarkedTable(fmt.Table):
+    """A :class:`fmt.Table` whose best cell per column is marked (bold in Markdown, highlighted in HTML)."""
+
+    best: set[tuple[int, int]] = field(default_factory=set)
+
+
+def _groups(suite: Suite) -> dict[str, list[Run]]:
+    groups: dict[str, list[Run]] = {}
+    for run in suite.methods:
+        groups.setdefault(run.label, []).append(run)
+    return groups
+
+
+def _mean(values: list[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return mean(xs) if xs else None
+
+
+def _static_cell(run: Run | None) -> tuple[str, float | None]:
+    nets = network_bytes(run) if run else {}
+    if not nets:
+        return fmt.NOT_MEASURED, None
+    parts = " + ".join(f"{role} {b / fmt.MIB:,.2f}" for role, b in nets.items())
+    total = sum(nets.values())
+    return (f"{parts} = {total / fmt.MIB:,.2f}" if len(nets) > 1 else parts), total
+
+
+def _accuracy_cell(ok: list[Run], mode: str) -> tuple[str, float | None, str]:
+    """(text, mean accuracy after, n questions) over the ok seeds."""
+    scored = [(accuracy(r, "before", mode), accuracy(r, "after", mode)) for r in ok]
+    scored = [(b, a) for b, a in scored if a is not None]
+    if not scored:
+        evaluated = all(((r.result.get("spec") or {}).get("eval") or {}).get("enabled", True) for r in ok)
+        return (fmt.MISSING if evaluated or not ok else "not evaluated"), None, fmt.MISSING
+    n = fmt.int_text(scored[0][1].get("total"))
+    if len(scored) == 1:
+        before, after = scored[0]
+        return f"{fmt.score_text(before)} → {fmt.score_text(after)}", after["accuracy"], n
+    after_mean = mean(a["accuracy"] for _, a in scored)
+    before_mean = _mean([b["accuracy"] if b else None for b, _ in scored])
+    return (f"{fmt.pct(before_mean)} → {fmt.pct(after_mean)} (mean of {len(scored)} seeds; per seed under "
+            f"Results per run)"), after_mean, n
+
+
+def headline_table(suite: Suite) -> MarkedTable:
+    """One row per method: what it keeps resident, what it costs, how fast, what it buys."""
+    rows: list[list[str]] = []
+    values: list[dict[int, float | None]] = []
+    sources: list[str | None] = []
+    for label, runs in _groups(suite).items():
+        ok = [r for r in runs if r.status == "ok"]
+        first = ok[0] if ok else runs[0]
+        counted = next((r for r in ok if network_bytes(r)), None)
+        static_text, static = _static_cell(counted)
+        roles = ", ".join(network_bytes(counted)) if counted else (
+            ", ".join((first.result.get("memory", {}).get("networks") or {})) or fmt.MISSING)
+        peaks = [fmt.num(r.result.get("memory", {}).get("peak_bytes")) for r in ok]
+        source = first.result.get("memory", {}).get("source")
+        peak = _mean(peaks)
+        acc_text, acc, n = _accuracy_cell(ok, headline_mode(suite))
+        step, tokens, comps = (_mean([fmt.throughput(r, k) for r in ok])
+                               for k in ("step_s_median", "tokens_per_s", "completions_per_s"))
+        seeds = sorted({str(r.result.get("seed")) for r in runs if r.result.get("seed") is not None})
+        statuses = sorted({fmt.status_text(r) for r in runs})
+        offline = bool(ok) and all(fmt.generation_rate_text(r, "completions_per_s") == fmt.NO_GENERATION for r in ok)
+        rows.append([
+            label, roles, static_text, fmt.bytes_text(peak, source) if ok else fmt.NOT_MEASURED,
+            fmt.float_text(step, 3, " s"),
+            fmt.NO_GENERATION if offline else fmt.float_text(tokens, 1),
+            fmt.NO_GENERATION if offline else fmt.float_text(comps, 2),
+            acc_text, n, ", ".join(seeds) or fmt.MISSING,
+            ", ".join(statuses) + (f" ({len(ok)} of {len(runs)} ok)" if len(runs) > 1 else ""),
+        ])
+        values.append({2: static, 3: peak, 4: step, 5: tokens, 6: comps, 7: acc})
+        sources.append(source if ok else None)
+    best = _best(values, sources)
+    notes = [f"Accuracy: {headline_mode(suite)} scoring, greedy, on the held-out split; brackets are 95% Wilson "
+             "intervals. Bold marks the best value of a column (lowest memory and s/step, highest rates and "
+             "accuracy); peak memory is compared only between readings of the same source.",
+             "Static memory: weights + gradients + optimizer state of each resident network (exact accounting); "
+             "peak memory: the highest reading of the whole run from the named source."]
+    if len(rows) < 2:
+        best = set()
+    return MarkedTable(list(HEADLINE_HEADER), rows, notes=notes, best=best) if rows else MarkedTable([], [])
+
+
+def _best(values: list[dict[int, float | None]], sources: list[str | None]) -> set[tuple[int, int]]:
+    best = set()
+    for col in (*LOWER_IS_BETTER, *HIGHER_IS_BETTER):
+        candidates = [(i, v[col]) for i, v in enumerate(values) if v[col] is not None]
+        if col == 3:  # peaks of different sources are not comparable: only the most common source competes
+            common = max(set(s for s in sources if s), key=sources.count, default=None)
+            candidates = [(i, x) for i, x in candidates if sources[i] == common]
+        if len(candidates) < 2:
+            continue
+        pick = min if col in LOWER_IS_BETTER else max
+        target = pick(x for _, x in candidates)
+        best |= {(i, col) for i, x in candidates if x == target}
+    return best
+
+
+def _phase_runs(suite: Suite) -> list[Run]:
+    return [r for r in suite.methods if r.status == "ok" and isinstance(r.result.get("phases"), dict)
+            and r.result["phases"]]
+
+
+def _columns(runs: list[Run], key: str) -> list[str]:
+    seen = {p for r in runs for p, v in (r.result.get(key) or {}).items() if isinstance(v, dict)}
+    return [p for p in PHASES if p in seen] + sorted(seen - set(PHASES))
+
+
+def phase_share_table(suite: Suite) -> fmt.Table:
+    """Seconds per phase and each phase's share of the run's phase time, one row per ok method run."""
+    runs = _phase_runs(suite)
+    if not runs:
+        return fmt.Table([], [])
+    names = fmt.display_names(suite.methods)
+    columns = _columns(runs, "phases")
+    rows = []
+    for run in runs:
+        phases = run.result["phases"]
+        times = {p: fmt.num(phases[p].get("time_s")) if isinstance(phases.get(p), dict) else None for p in columns}
+        total = sum(t for t in times.values() if t is not None)
+        cells = [names[run.run_id]]
+        for p in columns:
+            t = times[p]
+            cells.append(fmt.MISSING if t is None else f"{t:,.2f} s ({t / total:.0%})" if total else f"{t:,.2f} s")
+        rows.append(cells + [f"{total:,.2f} s"])
+    return fmt.Table(["run", *[f"{p} (s, share)" for p in columns], "all phases (s)"], rows,
+                     notes=["Exclusive seconds per phase (bench.telemetry) and the share of the run's phase time; "
+                            "a dash: the run has no such phase. 'not instrumented' phases are under Time per phase."])
+
+
+def phase_memory_table(suite: Suite) -> fmt.Table:
+    """Peak memory per phase per ok method run; on CPU as the delta over the post-load baseline, labelled so."""
+    runs = [r for r in suite.methods if r.status == "ok" and (r.result.get("memory", {}).get("phases"))]
+    if not runs:
+        return fmt.Table([], [])
+    names = fmt.display_names(suite.methods)
+    columns = [p for p in PHASES if any(p in r.result["memory"]["phases"] for r in runs)]
+    columns += sorted({p for r in runs for p in r.result["memory"]["phases"]} - set(columns))
+    rows, cpu = [], False
+    for run in runs:
+        memory = run.result["memory"]
+        source = str(memory.get("source") or "source unknown")
+        base = fmt.num(memory.get("baseline_bytes"))
+        delta = source.startswith("cpu") and base is not None
+        cpu |= delta
+        cells = [names[run.run_id], f"{source}, Δ over post-load baseline {base / fmt.MIB:,.1f} MiB"
+                 if delta else source]
+        for p in columns:
+            entry = memory["phases"].get(p)
+            peak = fmt.num(entry.get("peak_bytes")) if isinstance(entry, dict) else None
+            if peak is None:
+                cells.append(fmt.MISSING)
+            elif delta:
+                cells.append(f"{(peak - base) / fmt.MIB:+,.1f}")
+            else:
+                cells.append(f"{peak / fmt.MIB:,.1f}")
+        rows.append(cells)
+    notes = ["MiB. GPU sources: the phase's peak reading. "
+             + ("CPU (cpu-rss): the phase's highest resident-memory reading minus the reading after the models were "
+                "loaded (Δ, can be negative), because the Python runtime dominates the absolute figure." if cpu else "")]
+    return fmt.Table(["run", "source", *[f"{p} (MiB)" for p in columns]], rows, notes=notes)
+

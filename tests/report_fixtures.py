@@ -1,0 +1,139 @@
+"""Fabricated suite folders for the report tests (findings, compare, browser check): no training, known numbers.
+
+``write_suite(root, ...)`` writes a cpu-tiny-like folder: the three shared stages and five methods plus an lr-0
+control, each with a result.json in the bench.results schema and per-question verdicts, so every table and
+figure has something to show. The numbers are chosen so the tests can name what the report must say:
+
+- static memory: actor and critic 4 MiB weights + 4 MiB grads + 8 MiB AdamW state (16 MiB each), frozen
+  reference and reward model 1 MiB each, so PPO (4 networks) is 34 MiB, GRPO 17 MiB: exactly 2.0x;
+- accuracy on 400 questions from 100 right: GRPO 160, GRPO engine 156, PPO verifier 158 (not significantly
+  different from each other), PPO with the reward model 60 (significantly worse), DPO 110, control 100.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.results import empty_result, result_problems, write_json_atomic
+from bench.stats import wilson_interval
+
+MIB = 1024**2
+N = 400
+BEFORE = 100
+TRAINED = {"weight_bytes": 4 * MIB, "grad_bytes": 4 * MIB, "optimizer_bytes": 8 * MIB, "params": 1_000_000,
+           "trainable_params": 1_000_000}
+FROZEN = {"weight_bytes": 1 * MIB, "grad_bytes": 0, "optimizer_bytes": 0, "params": 500_000, "trainable_params": 0}
+METHODS: dict[str, dict[str, Any]] = {
+    "grpo": {"label": "GRPO (TRL)", "engine": "trl", "nets": ("actor", "reference"), "after": 160, "cps": 160.0},
+    "grpo_engine": {"label": "GRPO (suite engine)", "engine": "suite", "nets": ("actor", "reference"),
+                    "after": 156, "cps": 200.0},
+    "ppo": {"label": "PPO (reward model)", "engine": "suite", "nets": ("actor", "critic", "reward", "reference"),
+            "after": 60, "cps": 120.0},
+    "ppo_verifier": {"label": "PPO (verifier reward)", "engine": "suite", "nets": ("actor", "critic", "reference"),
+                     "after": 158, "cps": 125.0},
+    "dpo": {"label": "DPO (TRL, pool pairs)", "engine": "trl", "nets": ("actor", "reference"), "after": 110,
+            "cps": None},
+    "control": {"label": "Control (lr 0)", "engine": "suite", "nets": ("actor", "reference"), "after": 100,
+                "cps": 190.0},
+}
+ENVIRONMENT = {"time_utc": "2026-11-30T12:00:00+00:00", "os": "Linux", "python": "3.11.7",
+               "cpu_model": "Test Xeon", "cpu_count_logical": 2, "ram_bytes": 8 * 1024**3, "gpu_count": 0,
+               "gpus": [], "packages": {"torch": "2.13.0", "transformers": "5.24.0", "trl": "1.16.0"},
+               "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": True}
+RUN_COMMAND = "bench run --preset cpu-tiny train.steps=10"
+
+
+def _score(correct: int, total: int = N) -> dict[str, Any]:
+    low, high = wilson_interval(correct, total)
+    return {"correct": correct, "total": total, "accuracy": correct / total, "low": low, "high": high}
+
+
+def method_result(method: str, seed: int = 0, status: str = "ok", source: str = "cpu-rss",
+                  peak_mib: float = 700.0) -> dict[str, Any]:
+    """A well-formed result for one of :data:`METHODS` (``status='failed'`` carries an OOM error)."""
+    info = METHODS[method]
+    res = empty_result(f"{method}-s{seed}", "method", method, info["label"], info["engine"], seed)
+    res.update(status=status, started_at="2026-11-30T12:00:00+00:00", finished_at="2026-11-30T12:01:00+00:00")
+    res["environment"] = dict(ENVIRONMENT)
+    res["spec"] = {"preset": "cpu-tiny", "train": {"group_size": 8}}
+    res["settings"] = {"learning_rate": 0.0 if method == "control" else 1e-4, "beta": 0.04}
+    nets = {n: dict(TRAINED if n in ("actor", "critic") else FROZEN) for n in info["nets"]}
+    peak = int((peak_mib + 10 * len(nets)) * MIB)
+    res["memory"] = {"peak_bytes": peak, "source": source, "kind": "high-water mark", "baseline_bytes": 600 * MIB,
+                     "phases": {"generation": {"peak_bytes": peak - 5 * MIB, "source": source},
+                                "update": {"peak_bytes": peak, "source": source}},
+                     "networks": nets}
+    if status != "ok":
+        res["error"] = {"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2.00 GiB",
+                        "memory_at_failure": "74.2 GiB"}
+        return res
+    res["accuracy"] = {"n_questions": N, "before": {"strict": _score(BEFORE), "flexible": _score(BEFORE + 10)},
+                       "after": {"strict": _score(info["after"]), "flexible": _score(info["after"] + 10)}}
+    cps = info["cps"]
+    res["throughput"] = {"wall_s": 60.0, "setup_s": 5.0, "train_s": 50.0, "steps": 100,
+                         "completions": 0 if cps is None else int(cps * 50),
+                         "generated_tokens": 0 if cps is None else int(cps * 50 * 20),
+                         "completions_per_s": cps, "tokens_per_s": None if cps is None else cps * 20,
+                         "step_s_median": 0.5 if cps is None else 64 / cps, "step_s_p90": 0.6}
+    phases = {"generation": 20.0, "reward": 2.0, "update": 15.0, "other": 1.0}
+    if "reference" in nets:
+        phases["reference"] = 3.0
+    if "critic" in nets:
+        phases["critic"] = 9.0
+    if cps is None:
+        phases = {"update": 40.0, "other": 2.0}
+    res["phases"] = {p: {"time_s": t, "count": 100} for p, t in phases.items()}
+    res["curves"] = [{"step": s, "reward": (0.40 + 0.002 * s) if method != "control" else 0.42 + 0.01 * (s % 3),
+                      "kl": 0.001 * s, "completion_length": 20.0} for s in range(1, 101, 5)]
+    res["training_change"] = {"params_changed_fraction": 0.0 if method == "control" else 1.0,
+                              "trainable_params": 1_000_000, "method": "exact"}
+    res["samples"] = [{"question": "What is 2 + 2?", "completion": "<think>2+2</think> <answer>4</answer>",
+                       "gold": "4", "correct": True}]
+    return res
+
+
+def stage_result(name: str, label: str) -> dict[str, Any]:
+    res = empty_result(f"{name}-s0", "stage", name, label, "trl", 0)
+    res.update(status="ok", started_at="2026-11-30T11:00:00+00:00", finished_at="2026-11-30T11:01:00+00:00",
+               environment=dict(ENVIRONMENT), spec={"preset": "cpu-tiny"})
+    res["throughput"] = {"wall_s": 30.0}
+    res["metrics"] = {"pair_accuracy": 0.546} if name == "reward_model" else {}
+    return res
+
+
+def _verdicts(run_dir: Path, correct: int) -> None:
+    # Question i is right for every method when i < min(correct): methods differ only on the questions above.
+    lines = [json.dumps({"index": i, "correct_strict": i < correct, "correct_flexible": i < correct})
+             for i in range(N)]
+    (run_dir / "eval_after.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_suite(root: Path, methods: tuple[str, ...] = tuple(METHODS), failed: tuple[str, ...] = (),
+                source: str = "cpu-rss", peak_mib: float = 700.0, completion: str | None = None,
+                name: str = "suite") -> Path:
+    """Write a suite folder under ``root``; ``failed`` methods fail with an OOM; ``completion`` replaces the first
+    method's sample completion (hostile or huge text). Returns the folder."""
+    suite = root / name
+    stages = [("warm_start", "Warm start (SFT)"), ("sample_pool", "Sample pool"), ("reward_model", "Reward model")]
+    runs = [f"{s}-s0" for s, _ in stages] + [f"{m}-s0" for m in methods]
+    write_json_atomic(suite / "suite.json", {
+        "preset": "cpu-tiny", "description": "fabricated suite for the report tests",
+        "created_at": "2026-11-30T12:00:00+00:00", "runs": runs,
+        "spec": {"preset": "cpu-tiny", "parallel_runs": 1, "train": {"steps": 100, "group_size": 8}},
+        "commands": {"run": RUN_COMMAND, "resume": f"bench run --preset cpu-tiny --out {suite} --resume "
+                                                   f"train.steps=10"},
+    })
+    for stage, label in stages:
+        write_json_atomic(suite / "runs" / f"{stage}-s0" / "result.json", stage_result(stage, label))
+    for i, method in enumerate(methods):
+        res = method_result(method, status="failed" if method in failed else "ok", source=source, peak_mib=peak_mib)
+        if completion is not None and i == 0:
+            res["samples"] = [{"question": "Q?", "completion": completion, "gold": "4", "correct": False}]
+        assert res["status"] != "ok" or not result_problems(res), result_problems(res)
+        run_dir = suite / "runs" / res["run_id"]
+        write_json_atomic(run_dir / "result.json", res)
+        if res["status"] == "ok":
+            _verdicts(run_dir, METHODS[method]["after"])
+    return suite
