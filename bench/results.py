@@ -22,12 +22,19 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   "started_at": "ISO-8601", "finished_at": "ISO-8601",
   "accuracy": {                        # evaluation on the held-out split (greedy)
     "n_questions": 1000,
-    "before": {"strict": SCORE, "flexible": SCORE} | null,
-    "after":  {"strict": SCORE, "flexible": SCORE} | null
+    "before": {MODE: SCORE} | null,    # MODE: every entry of bench.verifier.MODES (suite-strict, suite-flexible,
+    "after":  {MODE: SCORE} | null,    # lmeval-strict, lmeval-flexible); results before the rename: strict, flexible
+    "format_rate": {"before": float | null, "after": float},     # share of completions suite-strict extracts from
+    "truncated_rate": {"before": float | null, "after": float},  # share that hit max_new_tokens without EOS
+    "prompt_style": "tags" | "cot" | "boxed"   # how the test questions were asked (bench.prompts)
   },                                   # SCORE = {"correct": int, "total": int, "accuracy": float,
                                        #          "low": float, "high": float}  (95% Wilson interval)
-  "eval_file": "eval_after.jsonl" | null,  # per-question verdicts (same order for every method)
+  "eval_file": "completions.jsonl" | null,  # every completion, one line per question in test order (same order
+                                       # for every method): {index, id, prompt, completion, tokens, hit_max, gold,
+                                       # gold_answer, extracted: {MODE: str | null}, correct: {MODE: bool}}
+                                       # (bench.evaluation.completion_record; older runs: eval_after.jsonl, verdicts only)
   "samples": [{"question": str, "completion": str, "gold": str, "correct": bool}],  # a few, for the page
+                                       # (correct: under the headline mode, suite-strict)
   "memory": {
     "peak_bytes": int | null,          # whole-run peak from `source`
     "source": "cpu-rss" | "cuda-allocated" | "cuda-reserved" | "nvml-process" | "nvml-device",

@@ -106,3 +106,129 @@ def test_main_end_to_end_and_user_error_exit_code(tmp_path: Path, capsys: pytest
     assert "no field 'missing'" in err and err.count("\n") == 1
     with pytest.raises(SystemExit):  # argparse rejects an unknown mode before scoring
         main([str(path), "--completion-field", "out", "--gold-field", "gold", "--mode", "loose"])
+
+
+# --- every completion on disk (bench.evaluation, bench.worker.assemble_evaluation) ------------------------
+
+GOLD_ANSWER = "She has 2+3=<<2+3=5>>5 apples.\n#### 5"
+ROW = {"question": "Ann has 2 apples and buys 3. How many?", "prompt": "Q: ...", "answer": "5", "solution": GOLD_ANSWER}
+
+
+def test_completion_record_holds_text_and_every_mode() -> None:
+    import hashlib
+
+    from bench.evaluation import completion_record
+    from bench.verifier import MODES
+
+    record = completion_record(3, ROW, "2+3=5\n#### 5.0", 9, False)
+    assert record["index"] == 3 and record["tokens"] == 9 and record["hit_max"] is False
+    assert record["id"] == hashlib.sha256(ROW["question"].encode()).hexdigest()[:16]
+    assert (record["prompt"], record["gold"], record["gold_answer"]) == ("Q: ...", "5", GOLD_ANSWER)
+    assert set(record["extracted"]) == set(record["correct"]) == set(MODES)
+    # "5.0": the same number for the suite, another string for lm-eval.
+    assert record["extracted"]["suite-strict"] == "5" and record["correct"]["suite-strict"] is True
+    assert record["extracted"]["lmeval-strict"] == "5.0" and record["correct"]["lmeval-strict"] is False
+    json.dumps(record)  # one JSON line
+
+
+class _Batch(dict):
+    def to(self, device: object) -> "_Batch":
+        return self
+
+
+class _Tokenizer:
+    """Characters as token ids; id 1 is EOS, id 0 padding."""
+
+    eos_token_id, pad_token_id, padding_side = 1, 0, "right"
+
+    def __call__(self, texts: list[str], **kwargs: object) -> _Batch:
+        import torch
+
+        width = max(len(t) for t in texts)
+        ids = [[0] * (width - len(t)) + [ord(c) for c in t] for t in texts]
+        mask = [[0] * (width - len(t)) + [1] * len(t) for t in texts]
+        return _Batch(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(i) for i in ids if i > 1)
+
+
+class _Model:
+    """Answers each prompt with a fixed continuation (token ids), as a batch of generate would (EOS-padded)."""
+
+    training = False
+
+    def __init__(self, replies: dict[str, list[int]]) -> None:
+        self.replies, self.generation_config = replies, None
+
+    def parameters(self):  # noqa: ANN201
+        import torch
+
+        yield torch.zeros(1)
+
+    def eval(self) -> "_Model":
+        return self
+
+    def generate(self, input_ids, attention_mask, generation_config):  # noqa: ANN001, ANN201
+        import torch
+
+        prompts = ["".join(chr(int(i)) for i in row if int(i) > 1) for row in input_ids]
+        new = [self.replies[p][: generation_config.max_new_tokens] for p in prompts]
+        width = max(len(n) for n in new)
+        new = [n + [1] * (width - len(n)) for n in new]
+        return torch.cat([input_ids, torch.tensor(new)], dim=1)
+
+
+def test_evaluate_keeps_every_completion_with_length_and_hit_max() -> None:
+    from bench.evaluation import evaluate
+
+    text = [ord(c) for c in "#### 5"]
+    rows = [{**ROW, "prompt": p, "question": f"question {p}"} for p in ("a", "b", "c")]
+    model = _Model({"a": text + [1], "b": text + [ord("0")] * 10, "c": text[:4] + [1]})
+    result = evaluate(model, _Tokenizer(), rows, max_new_tokens=8, batch_size=2, samples_in_report=1)
+    records = result["records"]
+    assert [r["index"] for r in records] == [0, 1, 2]
+    assert [r["completion"] for r in records] == ["#### 5", "#### 500", "####"]
+    assert [r["tokens"] for r in records] == [7, 8, 5]  # the EOS counts; b ran to the budget
+    assert [r["hit_max"] for r in records] == [False, True, False]
+    assert result["truncated_rate"] == pytest.approx(1 / 3)
+    assert result["format_rate"] == pytest.approx(2 / 3)  # "####" alone has no answer
+    assert result["scores"]["suite-strict"]["correct"] == 1 and result["scores"]["lmeval-strict"]["total"] == 3
+    assert result["samples"] == [{"question": "question a", "completion": "#### 5", "gold": "5", "correct": True}]
+
+
+def test_budget_ending_exactly_on_eos_is_not_hit_max() -> None:
+    from bench.evaluation import evaluate
+
+    reply = [ord(c) for c in "#### 5"] + [1]  # 7 tokens, the 7th EOS
+    result = evaluate(_Model({"a": reply}), _Tokenizer(), [{**ROW, "prompt": "a"}], max_new_tokens=7, batch_size=1)
+    assert result["records"][0]["hit_max"] is False and result["records"][0]["tokens"] == 7
+
+
+def test_assemble_evaluation_writes_completions_and_rates(tmp_path: Path) -> None:
+    from bench.evaluation import completion_record, summarize_records
+    from bench.results import empty_result, write_json_atomic
+    from bench.worker import EVAL_FILE, assemble_evaluation
+
+    warm = tmp_path / "warm_start-s0"
+    warm.mkdir()
+    before = empty_result("warm_start-s0", "stage", "warm_start", "Warm start", "trl", 0)
+    before["accuracy"]["after"] = {"suite-strict": {"accuracy": 0.5}}
+    before["accuracy"]["format_rate"] = {"before": None, "after": 0.25}
+    write_json_atomic(warm / "result.json", before)
+    records = [completion_record(0, ROW, "#### 5", 3, False), completion_record(1, ROW, "5 5 5 5", 8, True)]
+    evaluation = {**summarize_records(records), "records": records, "samples": [], "generation": {},
+                  "prompt_style": "cot"}
+    result = empty_result("grpo-s0", "method", "grpo", "GRPO", "trl", 0)
+    run_dir = tmp_path / "grpo-s0"
+    run_dir.mkdir()
+    assemble_evaluation(result, run_dir, evaluation, 2, warm)
+    assert result["eval_file"] == EVAL_FILE == "completions.jsonl"
+    lines = [json.loads(line) for line in (run_dir / EVAL_FILE).read_text(encoding="utf-8").splitlines()]
+    assert lines == records
+    accuracy = result["accuracy"]
+    assert accuracy["before"] == before["accuracy"]["after"]
+    assert accuracy["after"]["suite-strict"]["correct"] == 1 and accuracy["after"]["suite-flexible"]["correct"] == 2
+    assert accuracy["format_rate"] == {"before": 0.25, "after": 0.5}
+    assert accuracy["truncated_rate"] == {"before": None, "after": 0.5}
+    assert accuracy["prompt_style"] == "cot"
