@@ -133,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", metavar="RUN_DIR", help="suite folder, e.g. reports/latest")
     report.set_defaults(func=_cmd_report)
 
+    estimate = sub.add_parser("estimate", help="predict a method's GPU memory from the model's shape (no GPU, no torch)",
+                              description="Per network weights, gradients and optimizer state under the precision "
+                                          "policy; per phase activations, KV cache and logits; the peak and its "
+                                          "phase; whether it fits, the largest micro-batch that does and the GPUs "
+                                          "needed (data parallel, ZeRO-3). Exit status 2 for bad input.")
+    from bench.estimate import add_estimate_arguments, run_estimate
+
+    add_estimate_arguments(estimate)
+    estimate.set_defaults(func=run_estimate)
+
     score = sub.add_parser("score", help="score a JSONL of completions with the suite's verifier",
                            description="Score completions against gold answers and print the accuracy.")
     from bench.score import add_score_arguments

@@ -1,0 +1,225 @@
+"""`bench estimate`: does a method fit on my GPU, and at what micro-batch? Answered from the memory model alone.
+
+    bench estimate --model qwen2.5-7b --method ppo --gpu-memory 80GiB micro_batch_size=4 --json
+
+Prints, per network, weights, gradients, AdamW state and the bf16 working copies under the precision policy;
+per phase what a step adds (KV cache, activations, logits); the peak and its phase; whether it fits, the largest
+micro-batch that does, and the GPUs needed under plain data parallelism and under ZeRO-3. Settings default to
+the gsm8k-qwen0.5b preset's shapes (`bench.memory_model.Settings`). Imports no torch: it answers in well under
+a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from bench.errors import UserError
+from bench.memory_model import GIB, METHOD_ROLES, Prediction, Settings, predict
+
+ALL = "all"
+"""--method value that compares every method side by side."""
+
+KEY_ALIASES = {
+    "model.dtype": "dtype",
+    "train.micro_batch_size": "micro_batch_size",
+    "generation.max_new_tokens": "completion_tokens",
+    "max_new_tokens": "completion_tokens",
+    "train.group_size": "group_size",
+    "G": "group_size",
+    "train.prompts_per_step": "prompts_per_step",
+    "train.gradient_checkpointing": "gradient_checkpointing",
+    "train.lora.r": "lora_rank",
+    "train.kl_beta": "kl_beta",
+}
+"""Spec-style keys accepted for the Settings fields (so a preset's override reads the same here)."""
+
+_UNITS = {"": GIB, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+          "k": 2 ** 10, "m": 2 ** 20, "g": GIB, "t": 2 ** 40,
+          "kib": 2 ** 10, "mib": 2 ** 20, "gib": GIB, "tib": 2 ** 40}
+"""Memory units (a bare number is GiB; K/M/G/T and *iB are binary, kB/MB/GB/TB decimal)."""
+
+
+def parse_memory(text: str) -> int:
+    """'80GiB', '80GB', '141G', '81920MiB' or '80' (GiB) -> bytes; UserError for anything else or <= 0."""
+    match = re.fullmatch(r"\s*([-+]?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _UNITS:
+        raise UserError(f"--gpu-memory '{text}' is not a memory size; write e.g. 80GiB, 141GB or 81920MiB")
+    value = float(match.group(1)) * _UNITS[unit]
+    if value <= 0:
+        raise UserError(f"--gpu-memory must be positive, got '{text}'; write e.g. 80GiB")
+    return int(value)
+
+
+def parse_settings(items: list[str], gpu_memory_bytes: int) -> Settings:
+    """``key=value`` items over the default Settings (fields or their spec-style aliases); UserError when bad."""
+    fields = {f.name: f for f in dataclasses.fields(Settings) if f.name != "gpu_memory_bytes"}
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"'{item}' is not key=value; write e.g. micro_batch_size=4")
+        name = KEY_ALIASES.get(key, key)
+        if name not in fields:
+            close = difflib.get_close_matches(key, [*fields, *KEY_ALIASES], n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise UserError(f"unknown setting '{key}'{hint}; known: {', '.join(fields)}")
+        values[name] = _convert(name, raw.strip(), type(getattr(Settings(), name)))
+    return Settings(**values, gpu_memory_bytes=gpu_memory_bytes)
+
+
+def _convert(name: str, raw: str, kind: type) -> Any:
+    """One setting's value, checked: booleans true/false, counts >= 0 (sizes >= 1), dtype float32 | bfloat16."""
+    if kind is bool:
+        if raw.lower() not in ("true", "false", "1", "0", "on", "off"):
+            raise UserError(f"'{name}' must be true or false, got '{raw}'")
+        return raw.lower() in ("true", "1", "on")
+    if kind is str:
+        if raw not in ("float32", "bfloat16"):
+            raise UserError(f"'{name}' must be float32 or bfloat16, got '{raw}'")
+        return raw
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise UserError(f"'{name}' must be a{'n integer' if kind is int else ' number'}, got '{raw}'") from None
+    least = 1 if name in ("prompt_tokens", "completion_tokens", "group_size", "prompts_per_step") else 0
+    if value < least:
+        raise UserError(f"'{name}' must be >= {least}, got '{raw}'")
+    return value
+
+
+def load_shape(model: str) -> dict[str, Any]:
+    """Shape fields of a shipped architecture name, or of a config.json file or a folder holding one."""
+    path = Path(model)
+    if model.endswith(".json") or path.is_dir():
+        config = path / "config.json" if path.is_dir() else path
+        if not config.is_file():
+            raise UserError(f"--model '{model}' has no config.json; give a shipped architecture name or a config.json")
+        try:
+            return json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"--model '{config}' is not readable JSON ({exc.__class__.__name__})") from None
+    from bench.architectures import architecture_fields  # torch-free: reads bench/architectures/*.json
+
+    try:
+        return architecture_fields(model)
+    except UserError as exc:
+        raise UserError(f"--model: {exc}") from None
+
+
+def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    """`bench estimate`'s arguments (bench/cli.py adds the subcommand with these)."""
+    methods = ", ".join(METHOD_ROLES)
+
+    def one_line_error(message: str) -> NoReturn:
+        # argparse prints the usage block; a mistake here is one line (exit 2) like every other user error.
+        if "--gpu-memory" in message and "expected one argument" in message:  # '--gpu-memory -5GiB'
+            message = "--gpu-memory must be a positive size such as 80GiB"
+        parser.exit(2, f"bench estimate: error: {message}; see bench estimate --help\n")
+
+    parser.error = one_line_error  # type: ignore[method-assign]
+    parser.add_argument("--model", required=True,
+                        help="shipped architecture (qwen2.5-0.5b ... qwen2.5-72b, llama-3.1-8b, llama-3.1-70b) or a "
+                             "config.json / folder holding one")
+    parser.add_argument("--method", required=True, help=f"{methods}, or '{ALL}' for every one side by side")
+    parser.add_argument("--gpu-memory", default="80GiB", help="memory of one GPU (default 80GiB; e.g. 141GB, 24GiB)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    names = ", ".join(f.name for f in dataclasses.fields(Settings) if f.name != "gpu_memory_bytes")
+    parser.add_argument("settings", nargs="*", metavar="key=value",
+                        help=f"override the gsm8k-qwen0.5b preset's shapes: {names} (or the spec's keys, e.g. "
+                             f"train.micro_batch_size)")
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    """Predict and print (table or JSON); UserError for bad input."""
+    methods = list(METHOD_ROLES) if args.method == ALL else [args.method]
+    for method in methods:
+        if method not in METHOD_ROLES:
+            close = difflib.get_close_matches(method, [*METHOD_ROLES, ALL], n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise UserError(f"unknown method '{method}'{hint}; use one of {', '.join(METHOD_ROLES)} or {ALL}")
+    gpu_memory = parse_memory(args.gpu_memory)
+    fields = load_shape(args.model)
+    settings = parse_settings(args.settings, gpu_memory)
+    try:
+        predictions = [predict(fields, m, settings, model=args.model) for m in methods]
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        raise UserError(f"--model '{args.model}' lacks a shape field ({exc}); it needs hidden_size, "
+                        f"intermediate_size, num_hidden_layers, num_attention_heads and vocab_size") from None
+    if args.json:
+        data = predictions[0].to_json() if len(predictions) == 1 else {
+            "model": args.model, "methods": {p.method: p.to_json() for p in predictions}}
+        print(json.dumps(data, indent=2))
+    else:
+        print("\n\n".join(format_prediction(p) for p in predictions))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# The table
+
+
+def size(n: int | float) -> str:
+    """Bytes as GiB (MiB below 1 GiB, KiB below 1 MiB, plain bytes below that)."""
+    for unit, scale in (("GiB", GIB), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_prediction(p: Prediction) -> str:
+    """The readable answer: networks, phases, peak, fits, largest micro-batch and GPU counts."""
+    s = p.settings
+    step = (f"{s.prompts_per_step} pairs" if p.method == "dpo"
+            else f"{s.prompts_per_step} prompts x G {s.group_size}")
+    lines = [f"{p.method} on {p.model} ({p.parameters / 1e9:.2f}B parameters), {s.dtype}: micro-batch "
+             f"{s.micro_batch_size or 'whole step'}, {step}, "
+             f"{s.prompt_tokens} + {s.completion_tokens} tokens, gradient checkpointing "
+             f"{'on' if s.gradient_checkpointing else 'off'}, LoRA {s.lora_rank or 'off'}", ""]
+    header = ("network", "stored", "parameters", "weights", "gradients", "optimizer", "static", "bf16 copy")
+    rows = [header]
+    for n in p.networks.values():
+        stored = f"{n.storage}{' (frozen)' if not n.trained else ''}"
+        rows.append((n.role, stored, f"{n.parameters / 1e9:.3f}B", size(n.weights_bytes), size(n.gradients_bytes),
+                     size(n.optimizer_bytes), size(n.static_bytes), size(n.working_copy_bytes)))
+    rows.append(("total", "", "", size(sum(n.weights_bytes for n in p.networks.values())),
+                 size(sum(n.gradients_bytes for n in p.networks.values())),
+                 size(sum(n.optimizer_bytes for n in p.networks.values())), size(p.static_bytes), ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    lines += ["", "per phase, on top of the static total (approximate):"]
+    for phase, terms in p.phases.items():
+        parts = ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in terms.items() if k != "total")
+        mark = "  <- peak" if phase == p.peak_phase else ""
+        lines.append(f"  {phase:<10} {size(terms['total']):>12}  ({parts}){mark}")
+    acts = p.activations_bytes
+    lines += [f"activations per micro-batch (trained networks): {size(acts['checkpointing'])} with gradient "
+              f"checkpointing, {size(acts['no_checkpointing'])} without; KV cache {size(p.kv_cache_bytes)}; "
+              f"update logits {size(p.logits_bytes)}",
+              "",
+              f"peak {size(p.peak_bytes)} in {p.peak_phase}; GPU {size(s.gpu_memory_bytes)}: "
+              f"{'fits' if p.fits else 'does NOT fit'}",
+              f"largest micro-batch that fits: {p.max_micro_batch or 'none (the static terms alone, or one sequence, exceed it)'}",
+              f"GPUs needed: {p.gpus_data_parallel or 'never (static terms exceed one GPU)'} with plain data "
+              f"parallelism, {p.gpus_zero3 or 'more than 4096'} with ZeRO-3 sharding",
+              "static terms exact; the rest approximate (no CUDA context, allocator cache or fragmentation)"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m bench.estimate ... (the same as `bench estimate`)
+    parser = argparse.ArgumentParser(prog="bench estimate")
+    add_estimate_arguments(parser)
+    try:
+        sys.exit(run_estimate(parser.parse_args()))
+    except UserError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

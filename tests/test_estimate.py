@@ -1,0 +1,115 @@
+"""`bench estimate`: the table and the JSON answer, defaults from the gsm8k-qwen0.5b preset, bad input as one line
+with exit 2, and a fast path that imports no torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from importlib import resources
+
+import pytest
+import yaml
+
+from bench.cli import main
+from bench.estimate import parse_memory
+from bench.memory_model import GIB, Settings
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["estimate", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_json_has_the_promised_fields(capsys):
+    code, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "ppo", "--gpu-memory", "80GiB", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert (data["method"], data["model"], data["parameters"]) == ("ppo", "qwen2.5-7b", 7_615_616_512)
+    assert set(data["networks"]) == {"actor", "critic", "reward", "reference"}
+    for net in data["networks"].values():
+        assert {"weights_bytes", "gradients_bytes", "optimizer_bytes"} <= set(net)
+    assert data["static_bytes"] == sum(n["static_bytes"] for n in data["networks"].values())
+    assert data["peak_bytes"] > data["static_bytes"] > 80 * GIB and data["fits"] is False
+    assert data["peak_phase"] in data["phases"]
+    # fp32 actor: 7,615,616,512 parameters x (4 weights + 4 gradients + 8 moments) bytes + 4 B per tensor (339)
+    actor = data["networks"]["actor"]
+    assert actor["weights_bytes"] + actor["gradients_bytes"] + actor["optimizer_bytes"] == 7_615_616_512 * 16 + 4 * 339
+
+
+def test_the_table_names_every_network_the_peak_and_the_answers(capsys):
+    code, out, _ = run(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", "--gpu-memory", "24GiB")
+    assert code == 0
+    for words in ("actor", "reference", "bfloat16 (frozen)", "peak", "largest micro-batch", "ZeRO-3", "generation"):
+        assert words in out
+    assert "critic" not in out
+
+
+def test_overrides_and_spec_aliases_change_the_settings(capsys):
+    _, out, _ = run(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", "--json", "micro_batch_size=2",
+                    "generation.max_new_tokens=128", "train.kl_beta=0", "gradient_checkpointing=false")
+    data = json.loads(out)
+    assert (data["settings"]["micro_batch_size"], data["settings"]["completion_tokens"]) == (2, 128)
+    assert set(data["networks"]) == {"actor"} and data["settings"]["gradient_checkpointing"] is False
+
+
+def test_all_methods_side_by_side(capsys):
+    _, out, _ = run(capsys, "--model", "llama-3.1-8b", "--method", "all", "--json")
+    data = json.loads(out)["methods"]
+    assert set(data) == {"ppo", "ppo_verifier", "grpo", "grpo_engine", "dpo"}
+    assert data["ppo"]["static_bytes"] > 1.8 * data["grpo"]["static_bytes"]  # the critic and the reward model
+
+
+def test_defaults_are_the_gsm8k_preset_shapes():
+    preset = yaml.safe_load((resources.files("bench") / "presets" / "gsm8k-qwen0.5b.yaml").read_text())
+    s, t = Settings(), preset["train"]
+    assert (s.micro_batch_size, s.group_size, s.prompts_per_step) == (t["micro_batch_size"], t["group_size"],
+                                                                       t["prompts_per_step"])
+    assert (s.gradient_checkpointing, s.kl_beta) == (t["gradient_checkpointing"], t["kl_beta"])
+    assert s.completion_tokens == preset["generation"]["max_new_tokens"]
+    assert s.dtype == preset["model"]["dtype"]
+
+
+@pytest.mark.parametrize("text, expected", [("80GiB", 80 * GIB), ("80", 80 * GIB), ("141GB", 141 * 10 ** 9),
+                                            ("81920MiB", 80 * GIB), ("0.5 TiB", 512 * GIB)])
+def test_memory_sizes_parse(text, expected):
+    assert parse_memory(text) == expected
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--model", "qwen2.5-7B", "--method", "ppo"], "did you mean 'qwen2.5-7b'"),
+    (["--model", "gpt-5", "--method", "ppo"], "known architectures"),
+    (["--model", "qwen2.5-7b", "--method", "ppoo"], "did you mean 'ppo'"),
+    (["--model", "qwen2.5-7b", "--method", "ppo", "--gpu-memory=-5GiB"], "must be positive"),
+    (["--model", "qwen2.5-7b", "--method", "ppo", "--gpu-memory", "-5GiB"], "positive size"),
+    (["--model", "qwen2.5-7b", "--method", "ppo", "--gpu-memory", "lots"], "not a memory size"),
+    (["--model", "qwen2.5-7b", "--method", "ppo", "micro_batch=4"], "did you mean 'micro_batch_size'"),
+    (["--model", "qwen2.5-7b", "--method", "ppo", "micro_batch_size=four"], "must be an integer"),
+    (["--model", "qwen2.5-7b", "--method", "ppo", "micro_batch_size=-1"], "must be >= 0"),
+    (["--model", "qwen2.5-7b", "--method", "ppo", "dtype=fp8"], "float32 or bfloat16"),
+    (["--model", "qwen2.5-7b", "--method", "ppo", "group_size"], "not key=value"),
+    (["--method", "ppo"], "required: --model"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
+    try:
+        code = main(["estimate", *argv])
+    except SystemExit as exc:  # argparse's own errors (made one line in bench.estimate)
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert words in err
+
+
+def test_the_command_answers_fast_without_torch():
+    code = ("import sys, time; t = time.perf_counter(); from bench.cli import main; "
+            "rc = main(['estimate', '--model', 'llama-3.1-70b', '--method', 'all']); "
+            "print(rc, 'torch' in sys.modules, time.perf_counter() - t, file=sys.stderr)")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    rc, torch_loaded, _ = done.stderr.split()[-3:]
+    assert (rc, torch_loaded) == ("0", "False"), done.stderr
+    assert wall < 10  # about 0.3 s on an idle core; a loose bound for a shared machine
