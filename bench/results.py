@@ -134,13 +134,29 @@ METRIC_NAMES: dict[str, Metric] = {
                             _SHARE),
     "completion_length": Metric("mean completion length, up to and including the first EOS "
                                 "(bench.generation.completion_length)", "tokens"),
+    "completion_length_p90": Metric("90th percentile of the step's completion lengths (bench.stats.percentile, "
+                                    "linear; bench.monitors)", "tokens"),
     "eos_rate": Metric("share of completions that emitted EOS within generation.max_new_tokens", _SHARE),
+    "truncated_rate": Metric("share of completions that hit max_new_tokens without EOS (TRL: "
+                             "completions/clipped_ratio; bench.monitors)", _SHARE),
     "empty_answer_rate": Metric("share of completions with no answer a strict extraction finds "
                                 "(bench.rewards.degenerate_stats)", _SHARE),
     "repetition_rate": Metric("share of completions with a back-to-back repetition loop "
                               "(bench.rewards.has_repetition)", _SHARE),
     "format_only_rate": Metric("share of completions with the right format but a wrong answer (reward hacking "
                                "monitor, bench.rewards.degenerate_stats)", _SHARE),
+    "repeated_ngram_rate": Metric("share of completions in which some 4-word n-gram occurs 3+ times anywhere "
+                                  "(reward hacking monitor, bench.monitors)", _SHARE),
+    "answer_in_think_rate": Metric("share of completions whose strict answer also appears as a number inside "
+                                   "the <think> block (bench.monitors)", _SHARE),
+    "reflection_rate": Metric("share of completions with at least one reflection phrase ('wait', 'let me "
+                              "check', 'verify', ...; the 'aha' monitor, bench.monitors)", _SHARE),
+    "reflection_count": Metric("mean number of reflection phrases per completion (the 'aha' monitor, "
+                               "bench.monitors)", "phrases per completion"),
+    "length_penalty_reward": Metric("mean length-penalty term of the reward, -length_penalty x max(0, tokens - "
+                                    "length_threshold) (<= 0; TRL: rewards/length_penalty/mean)", _REWARD),
+    "missing_eos_penalty_reward": Metric("mean missing-EOS term of the score, -missing_eos_penalty for a "
+                                         "completion without EOS (<= 0; score = source + this)", _REWARD),
     "score": Metric("mean score the advantage is computed from: the reward source (verifier or reward model) "
                     "after the missing-EOS penalty", "reward units of the source"),
     "rm_score": Metric("mean raw reward-model score (PPO with reward: model), before the missing-EOS penalty",
@@ -165,11 +181,14 @@ METRIC_NAMES: dict[str, Metric] = {
     "policy_loss": Metric("suite PPO: the clipped policy-gradient term of the loss", "the method's loss units"),
     "entropy": Metric("mean entropy of the policy's next-token distribution over completion tokens",
                       "nats per token"),
-    "clipfrac": Metric("share of tokens where PPO's clipped surrogate was active", _SHARE),
+    "clipfrac": Metric("share of tokens where the clipped surrogate was active (PPO; TRL GRPO: "
+                       "clip_ratio/region_mean)", _SHARE),
     "approx_kl": Metric("mean 0.5 x (log p - log p_old)^2 per token: how far the update moved the policy from "
                         "the rollout policy", "nats per token"),
     "ratio": Metric("mean policy ratio exp(log p - log p_old) per token (1: the rollout policy)", "ratio"),
     "learning_rate": Metric("the actor's learning rate at the step", "per optimizer step (AdamW lr)"),
+    "grad_norm": Metric("L2 norm of the actor's gradient before clipping at train.max_grad_norm (TRL and the "
+                        "engine: the value clip_grad_norm_ returns)", "gradient L2 norm"),
     # -- preference pairs (DPO, the reward-model stage) and supervised warm start -----------------------------
     "pair_accuracy": Metric("share of (chosen, rejected) pairs scored chosen above rejected (DPO: implicit "
                             "reward; reward model: its score)", _SHARE),
