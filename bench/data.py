@@ -85,17 +85,24 @@ def tokenizer_corpus(spec: Spec) -> list[str]:
     return [r["prompt"] + format_target(p["answer"]) for r, p in zip(rows, problems)]
 
 
+def matched_data(spec: Spec, tokenizer: Any, seed: int
+                 ) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, int | str]]:
+    """`matched_rows` and, from the same load, the overlap checks (`TaskData.checks`) a result records."""
+    data = load_task(spec)
+    train_rows, test_rows = to_rows(data.train), to_rows(data.test)
+    for row in train_rows + test_rows:
+        row["prompt"] = render_prompt(tokenizer, row["prompt"], spec.model.use_chat_template)
+    random.Random(seed).shuffle(train_rows)
+    return train_rows, test_rows, data.checks
+
+
 def matched_rows(spec: Spec, tokenizer: Any, seed: int) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """(train_rows, test_rows) with fully rendered prompts; training rows shuffled once with ``seed``.
 
     Every method of a given seed sees exactly this order; online methods take
     ``train.prompts_per_step`` rows per step from the front, wrapping around.
     """
-    train, test = task_problems(spec)
-    train_rows, test_rows = to_rows(train), to_rows(test)
-    for row in train_rows + test_rows:
-        row["prompt"] = render_prompt(tokenizer, row["prompt"], spec.model.use_chat_template)
-    random.Random(seed).shuffle(train_rows)
+    train_rows, test_rows, _ = matched_data(spec, tokenizer, seed)
     return train_rows, test_rows
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.errors import UserError
-from bench.data import load_task
+from bench.data import load_task, matched_data, matched_rows
 from bench.spec import Spec, load_spec, load_spec_dict
 from bench.tasks import (MAX_BAD_GOLD_SHARE, PROMPT_TEMPLATE, TEST_SHARE_PERCENT, format_prompt, format_target,
                          generate_synthetic, gold_number, is_held_out, load_gsm8k, question_overlap, read_gsm8k,
@@ -185,6 +185,14 @@ def test_shipped_presets_have_no_overlap(preset: str) -> None:
     assert "working" in str(data.checks["held_out_by"]) and data.notes == []
     # The checks are computed, not copied: the same functions on the same splits agree.
     assert working_overlap(data.train, data.test) == 0 and question_overlap(data.train, data.test) == 0
+
+
+def test_matched_data_returns_the_rows_and_checks_of_one_load() -> None:
+    spec = load_spec("cpu-quick")
+    train_rows, test_rows, checks = matched_data(spec, None, seed=3)  # no chat template: no tokenizer needed
+    assert (train_rows, test_rows) == matched_rows(spec, None, seed=3)
+    assert checks == load_task(spec).checks and checks["working_overlap"] == 0
+    assert [r["question"] for r in test_rows] == [p["question"] for p in load_task(spec).test]
 
 
 def _gsm8k_spec(path: Path, train_size: int = 100, test_size: int = 100) -> Spec:
