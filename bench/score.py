@@ -1,22 +1,35 @@
-"""`bench score`: score a JSON Lines file of completions against gold answers with the suite's verifier.
+"""`bench score`: score completions with the suite's verifier, a JSON Lines file or a whole suite folder.
 
-    bench score FILE.jsonl --completion-field F --gold-field G [--mode strict|flexible] [--verdicts OUT.jsonl]
+    bench score FILE.jsonl --completion-field F --gold-field G [--mode MODE] [--verdicts OUT.jsonl]
+    bench score SUITE_DIR [--mode MODE]
 
-The gold field may be a bare number (``"18"``, ``"1,000"``) or a GSM8K worked answer ending in ``#### N``.
-Prints ``accuracy: 0.xxxx (n/N) [mode]``. Useful to score another harness's generations exactly the way the
-suite scores its own.
+A file: each line's gold field may be a bare number (``"18"``, ``"1,000"``) or a GSM8K worked answer ending in
+``#### N``; prints ``accuracy: 0.xxxx (n/N) [mode]``. Useful to score another harness's generations exactly the
+way the suite scores its own (``--mode lmeval-strict`` agrees with lm-evaluation-harness line by line when the gold
+field holds the whole worked answer, lm-eval's reference).
+
+A suite folder (one with suite.json): every run's completions.jsonl is re-scored under every mode in MODES (its
+``extracted`` and ``correct`` rewritten), each result.json's accuracy scores and format rate follow, MODE becomes
+the folder's headline mode (report_settings.json), the report is rebuilt, and one line per run gives its accuracy
+under MODE. Runs from before completions were kept (eval_after.jsonl: verdicts without text) are left as they are.
+MODE is one of bench.verifier.MODES; the old names ``strict`` and ``flexible`` mean suite-strict and
+suite-flexible.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from bench.errors import UserError
 from bench.tasks import gold_number
-from bench.verifier import HEADLINE_MODE, MODE_ALIASES, MODES, judge, normalize_number, resolve_mode
+from bench.verifier import HEADLINE_MODE, MODE_ALIASES, MODE_DESCRIPTIONS, MODES, judge, normalize_number, resolve_mode
 
 
 def _gold(value: object, path: Path, line: int, field: str) -> str:
@@ -93,24 +106,206 @@ def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
     return correct, total
 
 
+# -- a whole suite folder ---------------------------------------------------------------------------------
+SUITE_FILE = "suite.json"
+COMPLETIONS_FILE = "completions.jsonl"
+"""The per-question file of an evaluation (bench.worker.EVAL_FILE), the only one that can be re-scored."""
+
+
+def _mode(mode: str) -> str:
+    """``mode`` resolved (aliases allowed); UserError naming the modes otherwise."""
+    try:
+        return resolve_mode(mode)
+    except ValueError:
+        raise UserError(f"unknown --mode '{mode}'; use one of {', '.join(MODES)}") from None
+
+
+def _write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write JSON lines so that a reader never sees half a file (temp file, fsync, rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def rescore_records(path: Path) -> list[dict[str, Any]]:
+    """The records of one completions.jsonl with ``extracted`` and ``correct`` recomputed under every mode.
+
+    Raises UserError (file and line named) for a line that is not a JSON object with the fields
+    bench.evaluation.completion_record writes (completion, gold, gold_answer).
+    """
+    from bench.evaluation import verdicts_of
+
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+                completion, gold, gold_answer = row["completion"], row["gold"], row["gold_answer"]
+                verdicts = verdicts_of(completion, gold, gold_answer)
+            except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
+                raise UserError(f"{path}:{number}: not a completion record ({type(exc).__name__}: {exc}); "
+                                "the file must be as `bench run` wrote it") from None
+            records.append({**row, **verdicts})
+    return records
+
+
+def _needs(job: dict[str, Any]) -> list[str]:
+    """Run ids of the stages a run read, from the paths in its run.json (``runs/<id>/...``)."""
+    names = set()
+    for key, value in (job.get("inputs") or {}).items():
+        if value:
+            path = Path(value)
+            names.add(path.name if key == "warm_start_dir" else path.parent.name)
+    return sorted(names)
+
+
+def _inputs_hash(suite_dir: Path, needs: list[str]) -> str | None:
+    """bench.runner.inputs_hash for a run that read ``needs`` (what --resume compares)."""
+    from bench.runner import inputs_hash
+
+    return inputs_hash(suite_dir, SimpleNamespace(needs=needs))
+
+
+def _run_ids(suite_dir: Path) -> list[str]:
+    """The suite's run ids in plan order (suite.json), then any other run folder, sorted."""
+    try:
+        planned = [str(r) for r in json.loads((suite_dir / SUITE_FILE).read_text(encoding="utf-8")).get("runs", [])]
+    except (OSError, ValueError, AttributeError):
+        planned = []
+    found = sorted(p.name for p in (suite_dir / "runs").glob("*") if (p / "result.json").is_file())
+    return [r for r in planned if r in found] + [r for r in found if r not in planned]
+
+
+def rescore_suite(suite_dir: Path, mode: str) -> list[tuple[str, str]]:
+    """Re-score every run of ``suite_dir`` under every mode; returns one (run id, what happened) per run.
+
+    For each ok run whose ``eval_file`` is completions.jsonl: the file's verdicts, ``accuracy.after`` (every
+    mode), ``accuracy.format_rate`` / ``truncated_rate`` ``after`` are recomputed; ``before`` is taken from the
+    re-scored warm start the run read (its run.json). Files are replaced atomically. A run that read a re-scored
+    stage and was up to date for --resume stays so (its ``inputs_hash`` is recomputed: only scores changed, not
+    the checkpoint). Writes ``report_settings.json`` = {"headline_mode": mode}. Raises UserError when a
+    `bench run` holds the folder or a completions file is malformed.
+    """
+    from bench.evaluation import summarize_records
+    from bench.report.load import REPORT_SETTINGS_FILE
+    from bench.results import read_result, write_json_atomic
+    from bench.runner import SuiteLock
+
+    mode = _mode(mode)
+    SuiteLock(suite_dir).refuse_if_held()
+    runs_dir = suite_dir / "runs"
+    results: dict[str, dict[str, Any]] = {}
+    jobs: dict[str, dict[str, Any]] = {}
+    for run_id in _run_ids(suite_dir):
+        result = read_result(runs_dir / run_id)
+        if result is not None:
+            results[run_id] = result
+            try:
+                jobs[run_id] = json.loads((runs_dir / run_id / "run.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                jobs[run_id] = {}
+    old_hashes = {run_id: _inputs_hash(suite_dir, _needs(jobs[run_id])) for run_id in results}
+
+    lines: dict[str, str] = {}
+    records_of: dict[str, list[dict[str, Any]]] = {}
+    for run_id, result in results.items():  # plan order: stages (the warm start) before the methods reading them
+        eval_file = result.get("eval_file")
+        if result.get("status") != "ok" or not eval_file:
+            lines[run_id] = "not evaluated" if result.get("status") == "ok" else f"status {result.get('status')}"
+            continue
+        path = runs_dir / run_id / eval_file
+        if eval_file != COMPLETIONS_FILE or not path.is_file():
+            lines[run_id] = f"not re-scored: no {COMPLETIONS_FILE} (its {eval_file} holds verdicts without text)"
+            continue
+        records = rescore_records(path)
+        records_of[run_id] = records
+        summary = summarize_records(records)
+        accuracy = result.setdefault("accuracy", {})
+        accuracy["after"] = summary["scores"]
+        for rate in ("format_rate", "truncated_rate"):
+            accuracy[rate] = {**(accuracy.get(rate) or {"before": None}), "after": summary[rate]}
+        warm = Path((jobs[run_id].get("inputs") or {}).get("warm_start_dir") or "").name
+        if warm in records_of:  # the warm start was re-scored above: its "after" is this run's "before"
+            warm_accuracy = results[warm]["accuracy"]
+            accuracy["before"] = warm_accuracy["after"]
+            for rate in ("format_rate", "truncated_rate"):
+                accuracy[rate]["before"] = warm_accuracy[rate]["after"]
+        score = summary["scores"][mode]
+        lines[run_id] = (f"accuracy {score['accuracy']:.4f} ({score['correct']}/{score['total']}) "
+                         f"[{score['low']:.4f}, {score['high']:.4f}]")
+
+    # Stages first, so that the consumers' inputs hashes are computed from the stages' new result files.
+    order = sorted(results, key=lambda run_id: results[run_id].get("kind") != "stage")
+    for run_id in order:
+        result = results[run_id]
+        new_hash = _inputs_hash(suite_dir, _needs(jobs[run_id]))
+        rehash = old_hashes[run_id] is not None and result.get("inputs_hash") == old_hashes[run_id] != new_hash
+        if rehash:
+            result["inputs_hash"] = new_hash
+        if run_id in records_of:
+            _write_jsonl_atomic(runs_dir / run_id / COMPLETIONS_FILE, records_of[run_id])
+        if run_id in records_of or rehash:
+            write_json_atomic(runs_dir / run_id / "result.json", result)
+    write_json_atomic(suite_dir / REPORT_SETTINGS_FILE, {"headline_mode": mode})
+    return [(run_id, lines[run_id]) for run_id in results]
+
+
 def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     """Add `bench score`'s arguments to ``parser`` (the lead's CLI reuses this for its subcommand)."""
-    parser.add_argument("file", type=Path, help="JSON Lines file, one object per line")
-    parser.add_argument("--completion-field", required=True, help="field holding the generated text")
-    parser.add_argument("--gold-field", required=True, help="field holding the gold number or a '#### N' answer")
+    parser.add_argument("file", type=Path, metavar="FILE_OR_SUITE_DIR",
+                        help="JSON Lines file, one object per line; or a suite folder (with suite.json) to re-score")
+    parser.add_argument("--completion-field", help="field holding the generated text (a file only; required)")
+    parser.add_argument("--gold-field", help="field holding the gold number or a '#### N' answer (a file only; "
+                                             "required)")
     parser.add_argument("--mode", choices=(*MODES, *MODE_ALIASES), default=HEADLINE_MODE,
-                        help="strict: answer tags / #### / 'The answer is' / \\boxed only; "
-                             "flexible: also the last number")
-    parser.add_argument("--verdicts", type=Path, default=None, help="write one JSON verdict per line here")
+                        help="; ".join(f"{m}: {d}" for m, d in MODE_DESCRIPTIONS.items())
+                        + f" (default {HEADLINE_MODE}; strict and flexible are the suite modes' old names)")
+    parser.add_argument("--verdicts", type=Path, default=None, help="write one JSON verdict per line here (a file only)")
 
 
 def run_score(args: argparse.Namespace) -> int:
-    """Run `bench score` from parsed arguments; prints ``accuracy: 0.xxxx (n/N) [mode]``, returns 0.
+    """Run `bench score` from parsed arguments; returns 0.
 
-    Raises UserError for bad input (the CLI prints it on one line and exits with its code)."""
-    correct, total = score_file(args.file, args.completion_field, args.gold_field, args.mode, args.verdicts)
+    A file: prints ``accuracy: 0.xxxx (n/N) [mode]``. A suite folder: `rescore_suite`, then the report is rebuilt
+    and one line per run is printed. Raises UserError for bad input (the CLI prints it on one line and exits
+    with its code): a folder without suite.json, a file without --completion-field / --gold-field, ...
+    """
+    mode = _mode(args.mode)
+    target = Path(args.file)
+    if target.is_dir():
+        if not (target / SUITE_FILE).is_file():
+            raise UserError(f"'{target}' is a folder but not a suite folder (no {SUITE_FILE}); give a folder written "
+                            "by `bench run` (e.g. reports/latest) or a JSON Lines file")
+        if args.verdicts is not None:
+            raise UserError("--verdicts is for a file; a suite folder's verdicts are written into each run's "
+                            f"{COMPLETIONS_FILE}")
+        lines = rescore_suite(target, mode)
+        from bench.report import build_report
+
+        index = build_report(target)
+        width = max((len(run_id) for run_id, _ in lines), default=0)
+        for run_id, line in lines:
+            print(f"{run_id:<{width}}  {line}")
+        print(f"headline mode {mode}; report: {index}")
+        return 0
+    missing = [flag for flag, value in (("--completion-field", args.completion_field),
+                                        ("--gold-field", args.gold_field)) if not value]
+    if missing:
+        raise UserError(f"scoring a file needs {' and '.join(missing)} (the JSON fields holding the completion and "
+                        "the gold answer)")
+    correct, total = score_file(target, args.completion_field, args.gold_field, mode, args.verdicts)
     accuracy = correct / total if total else 0.0
-    print(f"accuracy: {accuracy:.4f} ({correct}/{total}) [{args.mode}]")
+    print(f"accuracy: {accuracy:.4f} ({correct}/{total}) [{mode}]")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -232,3 +233,96 @@ def test_assemble_evaluation_writes_completions_and_rates(tmp_path: Path) -> Non
     assert accuracy["format_rate"] == {"before": 0.25, "after": 0.5}
     assert accuracy["truncated_rate"] == {"before": None, "after": 0.5}
     assert accuracy["prompt_style"] == "cot"
+
+
+# --- bench score SUITE_DIR --------------------------------------------------------------------------------
+
+def _ok_result(run_id: str, method: str, kind: str) -> dict:
+    from bench.results import empty_result
+
+    result = empty_result(run_id, kind, method, method, "trl", 0)
+    result.update(status="ok", started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:01:00+00:00",
+                  eval_file="completions.jsonl", throughput={"wall_s": 60.0})
+    return result
+
+
+def _suite(tmp_path: Path) -> Path:
+    """A fabricated suite: a warm start and a method read it, each with completions.jsonl whose stored verdicts
+    are stale (all False) and whose stored accuracy is a placeholder; a sample pool that is not evaluated."""
+    from bench.evaluation import completion_record, summarize_records
+    from bench.results import write_json_atomic
+    from bench.runner import inputs_hash
+
+    suite = tmp_path / "suite"
+    runs = suite / "runs"
+    write_json_atomic(suite / "suite.json", {"preset": "t", "runs": ["warm_start-s0", "sample_pool-s0", "grpo-s0"],
+                                             "spec": {}})
+    completions = {"warm_start-s0": ["#### 5", "5", "#### 5.0", "x"], "grpo-s0": ["#### 5", "#### 5.", "#### 5.0", "5"]}
+    for run_id, texts in completions.items():
+        records = [completion_record(i, ROW, t, 4, i == 3) for i, t in enumerate(texts)]
+        for r in records:  # stale verdicts: re-scoring must recompute them
+            r["correct"] = {m: False for m in r["correct"]}
+        (runs / run_id).mkdir(parents=True)
+        (runs / run_id / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), "utf-8")
+    write_json_atomic(runs / "warm_start-s0" / "result.json", _ok_result("warm_start-s0", "warm_start", "stage"))
+    write_json_atomic(runs / "warm_start-s0" / "run.json", {"inputs": {}})
+    pool = _ok_result("sample_pool-s0", "sample_pool", "stage")
+    pool["eval_file"] = None
+    for run_id, result in (("sample_pool-s0", pool), ("grpo-s0", _ok_result("grpo-s0", "grpo", "method"))):
+        result["inputs_hash"] = inputs_hash(suite, SimpleNamespace(needs=["warm_start-s0"]))
+        write_json_atomic(runs / run_id / "result.json", result)
+        write_json_atomic(runs / run_id / "run.json", {"inputs": {
+            "init_model_dir": str(runs / "warm_start-s0" / "model"), "warm_start_dir": str(runs / "warm_start-s0")}})
+    return suite
+
+
+def test_score_a_suite_folder_rescores_rewrites_and_rebuilds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from bench.results import incomplete_reason
+    from bench.runner import inputs_hash
+
+    suite = _suite(tmp_path)
+    assert main([str(suite), "--mode", "lmeval-strict"]) == 0
+    out = capsys.readouterr().out
+    # lm-eval strict: "#### 5" and "#### 5." right, "#### 5.0" and a bare "5" wrong.
+    assert "grpo-s0" in out and "accuracy 0.5000 (2/4)" in out and "not evaluated" in out
+    grpo = json.loads((suite / "runs" / "grpo-s0" / "result.json").read_text())
+    assert grpo["accuracy"]["after"]["lmeval-strict"]["correct"] == 2
+    assert grpo["accuracy"]["after"]["suite-strict"]["correct"] == 3  # 5.0 equals 5 as a number
+    assert grpo["accuracy"]["after"]["suite-flexible"]["correct"] == 4
+    assert grpo["accuracy"]["before"]["suite-strict"]["correct"] == 2  # the re-scored warm start's after
+    assert grpo["accuracy"]["truncated_rate"] == {"before": 0.25, "after": 0.25}
+    assert grpo["accuracy"]["format_rate"] == {"before": 0.5, "after": 0.75}
+    lines = [json.loads(line) for line in (suite / "runs" / "grpo-s0" / "completions.jsonl").read_text().splitlines()]
+    assert [r["correct"]["lmeval-strict"] for r in lines] == [True, True, False, False]
+    assert json.loads((suite / "report_settings.json").read_text()) == {"headline_mode": "lmeval-strict"}
+    assert (suite / "index.html").is_file()
+    # Only scores changed, not the checkpoint: --resume still reuses the runs that read the warm start.
+    needs = SimpleNamespace(needs=["warm_start-s0"])
+    for run_id in ("grpo-s0", "sample_pool-s0"):
+        assert incomplete_reason(suite / "runs" / run_id, inputs_hash(suite, needs)) is None, run_id
+
+
+def test_score_a_suite_folder_accepts_old_mode_names(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    suite = _suite(tmp_path)
+    assert main([str(suite), "--mode", "strict"]) == 0
+    assert "accuracy 0.7500 (3/4)" in capsys.readouterr().out
+    assert json.loads((suite / "report_settings.json").read_text()) == {"headline_mode": "suite-strict"}
+
+
+def test_score_a_folder_that_is_not_a_suite_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "not a suite folder (no suite.json)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_score_a_file_still_needs_its_fields(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = write(tmp_path / "c.jsonl", ROWS)
+    assert main([str(path)]) == 2
+    assert "--completion-field and --gold-field" in capsys.readouterr().err
+
+
+def test_score_a_file_in_lmeval_mode_uses_the_gold_text(tmp_path: Path) -> None:
+    rows = [{"out": "#### 5.0", "gold": GOLD_ANSWER}, {"out": "#### 5", "gold": GOLD_ANSWER}]
+    path = write(tmp_path / "c.jsonl", rows)
+    assert score_file(path, "out", "gold", "lmeval-strict", None) == (1, 2)
+    assert score_file(path, "out", "gold", "suite-strict", None) == (2, 2)
