@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from bench.report import fmt, summary, tables
+from bench.report import citation, claims, findings, fmt, overview, summary, tables
 from bench.report import phases as phase_times
 from bench.report.figures import FigureInfo
 from bench.report.load import Suite
@@ -51,6 +51,15 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; } td.na { text-a
 td:first-child { white-space: nowrap; }
 nav.toc { font-size: .9rem; margin: .8rem 0; line-height: 1.8; }
 ul.notes { font-size: .85rem; color: #444; margin-top: .2rem; }
+td.best { font-weight: 700; background: #eaf4ea; }
+ol.findings li { margin: .3rem 0; } ol.findings .basis { color: #555; font-size: .9rem; }
+td.verdict-supported { background: #eaf4ea; color: #1e6b34; font-weight: 600; }
+td.verdict-not-supported { background: #fdecea; color: #8a1f11; font-weight: 600; }
+td.verdict-not-measured { color: #666; font-style: italic; }
+table.cite th { width: 14rem; }
+table.claims { table-layout: fixed; width: 100%; } table.claims td:first-child { white-space: normal; }
+table.claims col.claim { width: 26%; } table.claims col.source { width: 12%; } table.claims col.how { width: 25%; }
+table.claims col.measured { width: 27%; } table.claims col.verdict { width: 10%; } code.cmd { word-break: break-all; }
 </style>
 </head>
 <body>
@@ -60,11 +69,12 @@ ul.notes { font-size: .85rem; color: #444; margin-top: .2rem; }
 {% macro table_section(title, key, t, level=2, align=true) %}
 {% if t %}
 <h{{ level }} id="{{ key }}">{{ title }}</h{{ level }}>
-<p class="meta">{{ intros[key] }}</p>
+<p class="meta">{{ intro(key) }}</p>
 <div class="scroll"><table>
 <tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in t.rows %}<tr>{% for c in row %}
-{%- if align %}{{ cell(c) }}{% else %}<td>{{ c }}</td>{% endif %}{% endfor %}</tr>{% endfor %}
+{% for row in t.rows %}{% set i = loop.index0 %}<tr>{% for c in row %}
+{%- if t.best is defined and (i, loop.index0) in t.best %}<td class="best">{{ c|keep_together }}</td>
+{%- elif align %}{{ cell(c) }}{% else %}<td>{{ c }}</td>{% endif %}{% endfor %}</tr>{% endfor %}
 </table></div>
 {% for w in t.warnings %}<p class="warning"><strong>Warning:</strong> {{ w }}</p>{% endfor %}
 {% if t.notes %}<ul class="notes">{% for n in t.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
@@ -77,8 +87,33 @@ ul.notes { font-size: .85rem; color: #444; margin-top: .2rem; }
 <nav class="toc">{% for id, title in toc %}<a href="#{{ id }}">{{ title }}</a>
 {%- if not loop.last %} · {% endif %}{% endfor %}</nav>
 
+<h2 id="findings">Findings</h2>
+<p class="meta">{{ intro("findings") }}</p>
+{% if findings %}<ol class="findings">{% for f in findings %}<li>{{ f.text }} <span class="basis">({{ f.basis }})</span></li>{% endfor %}</ol>
+{% else %}<p>No measurement in this run supports a finding (no method run finished ok).</p>{% endif %}
+
+{% if claims %}
+<h2 id="claims">Claims check</h2>
+<p class="meta">{{ intro("claims") }}</p>
+<div class="scroll"><table class="claims">
+<colgroup><col class="claim"><col class="source"><col class="how"><col class="measured"><col class="verdict"></colgroup>
+<tr>{% for h in claims.header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in claims.rows %}<tr>{% for c in row[:-1] %}<td>{{ c }}</td>{% endfor %}
+<td class="verdict-{{ row[-1].split(' in ')[0].replace(' ', '-') }}">{{ row[-1] }}</td></tr>{% endfor %}
+</table></div>
+{% if claims.notes %}<ul class="notes">{% for n in claims.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+{% endif %}
+
+{{ table_section("Headline", "headline", headline_table) }}
+
+<h2 id="cite">Cite this run</h2>
+<p class="meta">{{ intro("cite") }}</p>
+<div class="scroll"><table class="cite">
+{% for k, v in cite %}<tr><th>{{ k }}</th><td>{% if k.startswith("command") %}<code class="cmd">{{ v }}</code>{% else %}{{ v }}{% endif %}</td></tr>{% endfor %}
+</table></div>
+
 <h2 id="results">Results per method</h2>
-<p class="meta">One row per run. How each number was obtained (memory sources, scoring modes):
+<p class="meta">One row per run (seed). How each number was obtained (memory sources, scoring modes):
 <a href="#notes">Notes on sources</a>.</p>
 {% if headline %}
 <div class="scroll"><table>
@@ -94,20 +129,17 @@ ul.notes { font-size: .85rem; color: #444; margin-top: .2rem; }
 
 {{ table_section("Across seeds", "seeds", detail.seeds, 2, false) }}
 
-{% if paired %}
-<h2 id="paired">Paired tests (strict accuracy, same questions)</h2>
-<p class="meta">Exact McNemar test on the questions where exactly one method is right; the difference A − B
-with a 95% paired-bootstrap interval (2000 resamples). Runs are paired within a seed.</p>
+{% if paired_rows %}
+<h2 id="paired">Paired tests (headline accuracy, same questions)</h2>
+<p class="meta">Exact McNemar test on the questions where exactly one method is right, Holm-adjusted over every
+pair; the difference A − B with a 95% paired-bootstrap interval (2000 resamples). Runs are paired within a seed.</p>
 <div class="scroll"><table>
-<tr><th>A</th><th>B</th><th>questions</th><th>A only right</th><th>B only right</th><th>McNemar p</th>
-<th>A − B (95% CI)</th></tr>
-{% for t in paired %}
-<tr><td>{{ t.a }}</td><td>{{ t.b }}</td><td>{{ t.n }}</td><td>{{ t.a_only }}</td><td>{{ t.b_only }}</td>
-<td>{{ p_value_text(t.p_value) }}</td>
-<td>{{ '%+.1f'|format(100 * t.diff) }} pp [{{ '%+.1f'|format(100 * t.diff_low) }}, {{ '%+.1f'|format(100 * t.diff_high) }}]</td></tr>
-{% endfor %}
+<tr>{% for h in paired_header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in paired_rows %}<tr>{% for c in row %}{{ cell(c) }}{% endfor %}</tr>{% endfor %}
 </table></div>
 {% endif %}
+
+{% for key, title, t in extra_detail %}{{ table_section(title, key, t, 2, false) }}{% endfor %}
 
 {% if differs_rows %}
 <h2 id="differs">What differs between methods</h2>
@@ -133,6 +165,10 @@ is under <a href="#networks">Networks resident while training</a>, decoding unde
 </table></div>
 {% if phase_notes %}<ul>{% for n in phase_notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% endif %}
+
+{{ table_section("Time per phase: shares", "phase_share", phase_share) }}
+
+{{ table_section("Peak memory per phase", "phase_memory", phase_memory) }}
 
 {% if stages %}
 <h2 id="stages">Shared stages</h2>
@@ -233,11 +269,14 @@ def _environment(suite: Suite) -> tuple[str | None, list[tuple[str, str]]]:
 
 def _toc(detail: dict[str, fmt.Table], figures: list[FigureInfo], has: dict[str, bool]) -> list[tuple[str, str]]:
     """(anchor, title) of the sections this page has, in page order: a reader jumps instead of scrolling."""
-    sections = [("results", "Results", True), ("seeds", "Across seeds", bool(detail["seeds"])),
+    sections = [("findings", "Findings", True), ("claims", "Claims check", has["claims"]),
+                ("headline", "Headline", has["headline"]), ("cite", "Cite this run", True),
+                ("results", "Results per run", True), ("seeds", "Across seeds", bool(detail["seeds"])),
                 ("paired", "Paired tests", has["paired"]), ("differs", "What differs", has["differs"]),
                 ("networks", "Networks", bool(detail["networks"])),
                 ("throughput", "Throughput and time", bool(detail["throughput"])),
-                ("phases", "Time per phase", has["phases"]), ("stages", "Shared stages", has["stages"]),
+                ("phases", "Time per phase", has["phases"]), ("phase_share", "Phase shares", has["phase_share"]),
+                ("phase_memory", "Memory per phase", has["phase_memory"]), ("stages", "Shared stages", has["stages"]),
                 ("lengths", "Max lengths", bool(detail["lengths"])), ("figures", "Figures", bool(figures)),
                 ("samples", "Samples", has["samples"]), ("notes", "Notes on sources", True),
                 ("settings", "Settings and environment", True)]
@@ -278,9 +317,13 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
     detail = tables.detail_tables(suite)
     phase_header, phase_rows = phase_times.phase_table(suite)
     env_run, environment = _environment(suite)
-    paired, stages, samples = tables.paired_tests(suite), tables.stage_rows(suite), _samples(suite)
-    has = {"paired": bool(paired), "differs": bool(differs_rows), "phases": bool(phase_rows), "stages": bool(stages),
-           "samples": bool(samples)}
+    paired_header, paired_rows = summary.paired_rows(suite)
+    stages, samples = tables.stage_rows(suite), _samples(suite)
+    claims_table, headline_table = claims.claims_table(suite), overview.headline_table(suite)
+    phase_share, phase_memory = overview.phase_share_table(suite), overview.phase_memory_table(suite)
+    has = {"paired": bool(paired_rows), "differs": bool(differs_rows), "phases": bool(phase_rows),
+           "stages": bool(stages), "samples": bool(samples), "claims": bool(claims_table),
+           "headline": bool(headline_table), "phase_share": bool(phase_share), "phase_memory": bool(phase_memory)}
     return template.render(
         suite=suite,
         description=fmt.cap_text(suite.description),
@@ -290,11 +333,18 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         headline=summary.headline_rows(suite),
         weight_warnings=tables.weight_change_warnings(suite),
         detail=detail,
-        intros=tables.INTROS,
+        intro=summary.intro,
+        findings=findings.findings(suite),
+        claims=claims_table,
+        headline_table=headline_table,
+        cite=citation.citation(suite),
+        extra_detail=summary.extra_detail(detail),
+        phase_share=phase_share,
+        phase_memory=phase_memory,
         differs_header=differs_header,
         differs_rows=differs_rows,
-        paired=paired,
-        p_value_text=fmt.p_value_text,
+        paired_header=paired_header,
+        paired_rows=paired_rows,
         stages=stages,
         phase_header=phase_header,
         phase_rows=phase_rows,
