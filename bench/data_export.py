@@ -28,7 +28,8 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name (see `bench presets`) or a YAML file")
     parser.add_argument("--export", metavar="DIR",
                         help="write DIR/train.jsonl and DIR/test.jsonl (GSM8K columns question, answer)")
-    parser.add_argument("overrides", nargs="*", metavar="key.path=value", help="spec overrides, e.g. task.test_size=100")
+    parser.add_argument("overrides", nargs="*", metavar="key.path=value",
+                        help="spec overrides, e.g. task.test_size=100")
 
 
 def write_jsonl_atomic(path: Path, rows: list[dict[str, str]]) -> None:
