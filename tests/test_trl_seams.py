@@ -268,3 +268,77 @@ def test_time_figure_leaves_out_uninstrumented_phases() -> None:
     assert measured_times(run) == {"update": 2.0}
     suite_run = Run("ppo-s0", _result("ppo-s0", "ppo", "PPO", "suite", {"generation": 0.7, "critic": 0.0}, None))
     assert measured_times(suite_run) == {"generation": 0.7}  # an unused phase at 0 s is simply not drawn
+
+
+# ------------------------------------------------------------------------------------ training-dynamics monitors
+def test_with_monitors_logs_hand_worked_values_and_keeps_the_reward() -> None:
+    from bench.telemetry.trl_hooks import MONITOR_PREFIX, with_monitors
+
+    def accuracy(prompts: list[str], completions: list[str], answer: list[str], **kwargs: object) -> list[float]:
+        return [0.5] * len(completions)
+
+    logged: dict[str, float] = {}
+    monitored = with_monitors(accuracy)
+    assert monitored.__name__ == "accuracy" and with_monitors(monitored) is monitored
+    right, loop = "<think>3 + 4 = 7</think> <answer>7</answer>", "the sum is big the sum is big the sum is big"
+    rewards = monitored(prompts=["p", "p"], completions=[right, loop], completion_ids=[[1, 2, 3], [1] * 5],
+                        answer=["7", "7"], log_metric=lambda name, value: logged.__setitem__(name, value))
+    assert rewards == [0.5, 0.5]
+    # p90 of lengths [3, 5]: 3 + 0.9 x 2 = 4.8; LOOP has no answer and repeats; RIGHT is right, its 7 in the think
+    assert logged == pytest.approx({MONITOR_PREFIX + k: v for k, v in {
+        "completion_length_p90": 4.8, "empty_answer_rate": 0.5, "format_only_rate": 0.0, "repetition_rate": 0.5,
+        "repeated_ngram_rate": 0.5, "answer_in_think_rate": 0.5, "reflection_rate": 0.0,
+        "reflection_count": 0.0}.items()})
+    assert monitored.bench_monitors.calls == 1 and monitored.bench_monitors.logged == 1
+
+    monitored(prompts=["p"], completions=[right], answer=["7"])  # no log_metric: TRL dropped the kwarg
+    from bench.telemetry.trl_hooks import monitor_problems
+
+    assert monitor_problems([monitored], []) == ["monitors: TRL passed no log_metric (or no completions) in 1 of 2 "
+                                                 "reward call(s)"]
+    assert monitor_problems([accuracy], []) == ["monitors: no reward function was wrapped with with_monitors"]
+    with pytest.raises(TypeError):
+        async def scored(**kwargs: object) -> list[float]:
+            return []
+        with_monitors(scored)
+
+
+def test_tiny_grpo_logs_every_monitor_under_canonical_names(tiny_dir: Path, tmp_path: Path) -> None:
+    """A two-step TRL GRPO whose accuracy reward is monitored logs every monitor each step, beside TRL's keys."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from baselines.common import curves_from_log_history
+    from bench.monitors import MONITOR_NAMES
+    from bench.rewards import make_reward_functions
+    from bench.telemetry.trl_hooks import MONITOR_PREFIX, monitor_curve_names, monitor_problems, with_monitors
+
+    funcs, weights = make_reward_functions(1.0, 0.5, 4, 0.01, lambda text: len(text.split()))
+    funcs[0] = with_monitors(funcs[0])
+    args = GRPOConfig(**{**_common_args(tmp_path / "out"), "max_steps": 2}, loss_type="grpo", beta=0.04,
+                      num_generations=4, per_device_train_batch_size=4, max_completion_length=6,
+                      reward_weights=weights)
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_dir), reward_funcs=funcs, args=args,
+                          train_dataset=Dataset.from_dict({"prompt": ["what is one plus two"] * 8,
+                                                           "answer": ["3"] * 8}),
+                          processing_class=_tokenizer(tiny_dir))
+    with Telemetry("cpu", interval_s=0.05, warmup_steps=0) as tel:
+        assert instrument_trl_trainer(trainer, tel)["missing"] == []  # telemetry wraps the monitored function
+        trainer.train()
+    assert seam_record(tel)["missing"] == []
+    history = trainer.state.log_history
+    assert monitor_problems(trainer.reward_funcs, history) == []
+    points = [e for e in history if "train_runtime" not in e]
+    assert len(points) == 2
+    key_of = {name: key for key, name in monitor_curve_names().items()}  # TRL logs two of them itself
+    for entry in points:
+        for name in MONITOR_NAMES:
+            key = key_of[name]
+            assert key in entry, (name, sorted(entry))
+            assert entry[key] >= 0.0
+        assert entry[MONITOR_PREFIX + "empty_answer_rate"] <= 1.0
+        assert "rewards/accuracy/mean" in entry  # TRL's own names for the wrapped function are unchanged
+    curves = curves_from_log_history(history, monitor_curve_names())
+    assert [p["step"] for p in curves] == [1, 2]
+    assert all(set(MONITOR_NAMES) <= set(p) for p in curves)
