@@ -5,6 +5,10 @@ whose last line is ``#### N``. The synthetic generator writes the working tersel
 `cpu-tiny` model has a ~380-token byte-level vocabulary and a 32-token generation budget: its target
 completion ``<think>12+7=19 19-5=14</think> <answer>14</answer>`` must stay under ~28 tokens.
 
+The synthetic train and test splits are held out by working (`synthetic_splits`, `is_held_out`): a test problem
+never repeats a training problem's operations, operands and results under other names. `working_overlap` and
+`question_overlap` count what two splits share, for any source.
+
 Pure Python: ``datasets`` (hub) and ``pyarrow`` (parquet) are imported lazily, only when those are loaded.
 """
 
