@@ -45,8 +45,9 @@ MODE_DESCRIPTIONS: dict[str, str] = {
     "suite-flexible": "suite-strict, else the last number in the completion, compared as a number",
     "lmeval-strict": "lm-evaluation-harness GSM8K strict-match: the first '#### N', compared as a string after "
                      "removing ',', '$' and a final '.' (so 5.0 is not 5)",
-    "lmeval-flexible": "lm-evaluation-harness GSM8K flexible-extract: the last number-like string, compared as a "
-                       "string after removing ',', '$' and a final '.'",
+    "lmeval-flexible": "lm-evaluation-harness GSM8K flexible-extract: the last run of 2+ characters from 0-9 . , $ "
+                       "(so '...' counts) or the last integer, compared as a string after removing ',', '$' and a "
+                       "final '.'",
 }
 """One honest line per mode, for reports and help texts."""
 MODE_ALIASES: dict[str, str] = {"strict": "suite-strict", "flexible": "suite-flexible"}
