@@ -229,6 +229,8 @@ LMEVAL_CASES = [
     ("####5", GOLD_5, None, False, "5", True),  # strict needs "#### " with the space
     ("#### 5 apples", GOLD_5, "5", True, "5", True),
     ("<answer>5</answer>", GOLD_5, None, False, "5", True),
+    ("It is 5...", GOLD_5, None, False, "5...", False),  # only ONE final period is ignored
+    ("Thinking....", GOLD_5, None, False, "....", False),  # dots alone are "number-like" to lm-eval
 ]
 
 
