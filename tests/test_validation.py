@@ -290,7 +290,9 @@ def test_a_few_bad_rows_are_dropped_and_said(tmp_path: Path) -> None:
 
     notes = pf.check_task_data(spec)
     assert notes == [f"{data / 'train.jsonl'}: dropped 1 of 100 rows without a usable gold answer (first: "
-                     f"{data / 'train.jsonl'}:100: answer has no '#### N' line: 'no number')"]
+                     f"{data / 'train.jsonl'}:100: answer has no '#### N' line: 'no number')",
+                     f"{data / 'test.jsonl'}: 20 of 20 test questions also occur in {data / 'train.jsonl'} (same "
+                     f"text up to whitespace and case), so they are not held out"]  # this fixture reuses train rows
     train, test = task_problems(spec)  # what the workers get: the same rows, the bad one left out
     assert train == GOOD[:50] and test == GOOD[:20]
 
