@@ -37,7 +37,8 @@ from bench.plan import PlannedRun, make_plan
 from bench.results import (RESULT_FILE, cap_text, empty_result, file_hash, incomplete_reason, is_complete,
                            read_result, write_json_atomic)
 from bench.spec import Spec
-from bench.worker import MESSAGE_LIMIT, PARENT_ENV, PROGRESS_PREFIX, RUN_FILE
+from bench.sweep import job_spec, job_sweep
+from bench.worker import MESSAGE_LIMIT, OUT_OF_MEMORY, PARENT_ENV, PROGRESS_PREFIX, RUN_FILE
 
 SUITE_FILE = "suite.json"
 LOCK_FILE = ".lock"
@@ -60,14 +61,16 @@ def default_out_dir(spec: Spec, reports_dir: Path) -> Path:
 def run_inputs(suite_dir: Path, run: PlannedRun) -> dict[str, str | None]:
     """Paths from earlier stages that this run reads."""
     runs = suite_dir / "runs"
+    # A sweep plans a stage per group of points ("warm_start@qwen2.5-7b"): find the run id that made each stage.
+    made = {need.split("@", 1)[0]: need for need in run.needs}
     inputs: dict[str, str | None] = {}
-    if "warm_start" in run.needs:
-        inputs["init_model_dir"] = str(runs / "warm_start" / "model")
-        inputs["warm_start_dir"] = str(runs / "warm_start")
-    if "sample_pool" in run.needs:
-        inputs["pool_path"] = str(runs / "sample_pool" / "pool.jsonl")
-    if "reward_model" in run.needs:
-        inputs["reward_model_dir"] = str(runs / "reward_model" / "model")
+    if "warm_start" in made:
+        inputs["init_model_dir"] = str(runs / made["warm_start"] / "model")
+        inputs["warm_start_dir"] = str(runs / made["warm_start"])
+    if "sample_pool" in made:
+        inputs["pool_path"] = str(runs / made["sample_pool"] / "pool.jsonl")
+    if "reward_model" in made:
+        inputs["reward_model_dir"] = str(runs / made["reward_model"] / "model")
     return inputs
 
 
@@ -294,7 +297,9 @@ def record_failure(run_dir: Path, run: PlannedRun, spec: Spec, error_type: str, 
     result["status"] = "failed"
     result["error"] = {"type": error_type, "message": cap_text(message, MESSAGE_LIMIT), "memory_at_failure": None}
     result["inputs_hash"] = inputs
-    result["spec"] = spec.to_dict()
+    result["spec"] = job_spec(spec, run)
+    if run.point is not None:
+        result["sweep"] = job_sweep(spec, run)
     write_json_atomic(run_dir / RESULT_FILE, result)
 
 
@@ -481,7 +486,8 @@ class SuiteOutcome:
 
     suite_dir: Path
     exit_code: int
-    """0 every planned run ok; 1 some failed or were skipped; 130 interrupted."""
+    """0 every planned run ok (or out of memory at a sweep point: an expected outcome); 1 some failed or were
+    skipped; 130 interrupted."""
     summary: str
 
 
@@ -591,8 +597,8 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
         return
     write_json_atomic(run_dir / RUN_FILE, {
         "run_id": run.run_id, "kind": run.kind, "name": run.name, "label": run.label, "engine": run.engine,
-        "seed": run.seed, "spec": spec.to_dict(), "inputs": run_inputs(suite_dir, run), "inputs_hash": inputs,
-        "repo_dir": str(repo_dir) if repo_dir else None,
+        "seed": run.seed, "spec": job_spec(spec, run), "inputs": run_inputs(suite_dir, run), "inputs_hash": inputs,
+        "repo_dir": str(repo_dir) if repo_dir else None, "sweep": job_sweep(spec, run),
     })
     status = launch_worker(run_dir, progress, env, stopper)
     if read_result(run_dir) is None:
@@ -630,7 +636,11 @@ def _outcome_line(result: dict[str, Any] | None) -> str:
 
 # -- how it ended -----------------------------------------------------------------------------------------
 def run_verdict(run_dir: Path) -> tuple[str, str]:
-    """(ok | failed | skipped | interrupted | not started, reason) for one planned run, from its result."""
+    """(ok | oom | failed | skipped | interrupted | not started, reason) for one planned run, from its result.
+
+    oom: a sweep point that ran out of memory (error type OUT_OF_MEMORY, bench.worker). Where a method stops
+    fitting is what a sweep measures, so it is an expected outcome and does not make the exit status 1; the same
+    error outside a sweep is a failure."""
     result = read_result(run_dir)
     if result is None:
         return "not started", ""
@@ -639,6 +649,8 @@ def run_verdict(run_dir: Path) -> tuple[str, str]:
     error = result.get("error") if isinstance(result.get("error"), dict) else {}
     message = " ".join(str(error.get("message") or "").split())
     kind = {INTERRUPTED: "interrupted", SKIPPED: "skipped"}.get(str(error.get("type")), "failed")
+    if error.get("type") == OUT_OF_MEMORY and isinstance(result.get("sweep"), dict):
+        return "oom", f"out of memory in phase {error.get('phase') or 'unknown'}"
     if kind == "failed":
         return kind, f"{error.get('type') or 'Error'}: {message}"
     return kind, f"{kind}: {message}"
@@ -648,7 +660,10 @@ def summarize(suite_dir: Path, runs: list[PlannedRun], index_html: Path, signal_
               seconds: float) -> SuiteOutcome:
     """The exit status and the one final line: every run ok, which failed (reasons capped), or interrupted."""
     verdicts = {run.run_id: run_verdict(suite_dir / "runs" / run.run_id) for run in runs}
-    bad = [(run_id, reason) for run_id, (kind, reason) in verdicts.items() if kind != "ok"]
+    bad = [(run_id, reason) for run_id, (kind, reason) in verdicts.items() if kind not in ("ok", "oom")]
+    oom = [f"{run_id} ({reason})" for run_id, (kind, reason) in verdicts.items() if kind == "oom"]
+    oom_note = (f"; {len(oom)} sweep run(s) out of memory (expected in a sweep, not a failure): "
+                f"{cap_text(', '.join(oom), CONSOLE_REASON_LIMIT)}" if oom else "")
     total, took = len(runs), f"in {seconds:.0f}s; report: {index_html}"
     if signal_name is not None:
         ok = total - len(bad)
@@ -659,9 +674,11 @@ def summarize(suite_dir: Path, runs: list[PlannedRun], index_html: Path, signal_
                 f"{len(bad) - len(stopped) - unstarted} failed; {took}")
         return SuiteOutcome(suite_dir, 130, line)
     if not bad:
+        if oom:
+            return SuiteOutcome(suite_dir, 0, f"{total - len(oom)} of {total} runs ok{oom_note}; {took}")
         return SuiteOutcome(suite_dir, 0, f"all {total} runs ok {took}")
     shown = ", ".join(f"{run_id} ({cap_text(reason, CONSOLE_REASON_LIMIT) or 'no result'})" for run_id, reason in bad)
-    return SuiteOutcome(suite_dir, 1, f"{len(bad)} of {total} runs failed: {shown}; {took}")
+    return SuiteOutcome(suite_dir, 1, f"{len(bad)} of {total} runs failed: {shown}{oom_note}; {took}")
 
 
 def _write_state(suite_dir: Path, outcome: SuiteOutcome, resume_command: str | None) -> None:

@@ -12,6 +12,7 @@ signal, and a thread that polls the parent PID on every platform).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,16 +22,18 @@ import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from bench.results import cap_text, empty_result, read_result, result_problems, write_json_atomic
 
 PROGRESS_PREFIX = "@@progress "
 RUN_FILE = "run.json"
-EVAL_FILE = "completions.jsonl"
-"""Every evaluation completion with its verdicts, one JSON line per test question (bench.evaluation.completion_record)."""
+EVAL_FILE = "eval_after.jsonl"
 PARENT_ENV = "BENCH_PARENT_PID"
 """The runner's PID, set in each worker's environment: the parent the worker must not outlive."""
+OUT_OF_MEMORY = "OutOfMemory"
+"""error.type of a run that ran out of memory (CUDA, or MemoryError / the allocator's error on a CPU); the error
+also names the exception and the phase it happened in (bench.runner treats it as expected at a sweep point)."""
 MESSAGE_LIMIT = 2000
 """Characters of a failure message kept in result.json (the whole text goes to traceback.txt)."""
 ORPHAN_GRACE_S = 60.0
@@ -111,7 +114,7 @@ def run(run_dir: Path) -> int:
     except BaseException as exc:  # noqa: BLE001 - the run must always leave a result behind
         _interrupts["armed"] = False  # a later SIGTERM must not stop the failure from being written
         result["status"] = "failed"
-        result["error"] = failure_record(exc, live.get("telemetry"))
+        result["error"] = failure_record(exc, live.get("telemetry"), live.get("failure_phase"))
         (run_dir / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
     _interrupts["armed"] = False  # from here on the result is written whatever arrives
     result["finished_at"] = now()
@@ -122,17 +125,50 @@ def run(run_dir: Path) -> int:
     return 0 if result["status"] == "ok" else 1
 
 
-def failure_record(exc: BaseException, telemetry: Any) -> dict[str, Any]:
-    """result["error"] for ``exc``: its type (``Interrupted`` for a stop request) and a one-line, capped message."""
+def failure_record(exc: BaseException, telemetry: Any, phase: str | None = None) -> dict[str, Any]:
+    """result["error"] for ``exc``: its type (``Interrupted`` for a stop request, OUT_OF_MEMORY for any
+    out-of-memory error, whose class goes to ``exception``), a one-line, capped message, the memory reading and
+    the phase the run was in (:func:`failure_phase`; None when unknown)."""
     interrupted = isinstance(exc, (Interrupted, KeyboardInterrupt))
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     if interrupted:
         text = interruption_message(exc)
-    return {
-        "type": "Interrupted" if interrupted else type(exc).__name__,
+    kind = "Interrupted" if interrupted else OUT_OF_MEMORY if is_out_of_memory(exc) else type(exc).__name__
+    record = {
+        "type": kind,
         "message": cap_text(text or type(exc).__name__, MESSAGE_LIMIT),
         "memory_at_failure": _memory_at_failure(telemetry),
+        "phase": phase,
     }
+    if kind == OUT_OF_MEMORY:
+        record["exception"] = type(exc).__name__
+    return record
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch.cuda.OutOfMemoryError (any class named OutOfMemoryError), MemoryError, or the RuntimeError that the
+    CUDA runtime and torch's CPU allocator raise when an allocation fails."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+@contextlib.contextmanager
+def failure_phase(telemetry: Any, live: dict[str, Any]) -> Iterator[None]:
+    """On an exception, record in ``live["failure_phase"]`` where the run was: the innermost open phase, else
+    'setup' before training started (models loading), else 'other'. Entered inside ``with telemetry`` so that it
+    reads the phases before the telemetry closes them."""
+    try:
+        yield
+    except BaseException:
+        try:
+            active = telemetry.active_phases()
+            started = (telemetry.timing() or {}).get("setup_s") is not None
+            live["failure_phase"] = active[-1] if active else ("other" if started else "setup")
+        except Exception:  # noqa: BLE001 - best effort while another failure is on its way out
+            pass
+        raise
 
 
 def check_own_result(result: dict[str, Any]) -> None:
@@ -241,7 +277,11 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     train_rows, test_rows = load_rows(spec, tokenizer, job["seed"])
     telemetry = build_telemetry(spec, job["kind"])
     live["telemetry"] = telemetry  # its readings describe a failure too
-    with telemetry:
+    if job.get("sweep"):  # a sweep point: its prediction (before training, so a failure keeps it), the OOM hook
+        from bench.sweep import prepare_point
+
+        prepare_point(job, spec, result, telemetry)
+    with telemetry, failure_phase(telemetry, live):
         ctx = build_context(job, spec, run_dir, inputs, train_rows, telemetry)
         outcome = train_recipe(job["name"], ctx, telemetry)
         networks = account_networks(outcome.networks, outcome.optimizers)
@@ -364,25 +404,17 @@ def evaluates(job: dict[str, Any]) -> bool:
 
 
 def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], telemetry: Any) -> dict[str, Any]:
-    """Greedy evaluation of the trained policy on the held-out rows, timed as phase 'evaluation'.
-
-    The questions are asked in ``spec.eval.prompt_style`` (bench.prompts; training used the tags prompt); the
-    returned dict is bench.evaluation.evaluate's plus 'prompt_style'.
-    """
+    """Greedy evaluation of the trained policy on the held-out rows, timed as phase 'evaluation'."""
     from bench.evaluation import evaluate
     from bench.generation import eos_token_ids, sampling_settings
-    from bench.prompts import styled_rows
 
     # Explicit settings, built from the spec alone (not from the model's generation_config), so that every
     # method is evaluated with the same decoding; evaluate() returns them as "generation" for the result.
     settings = sampling_settings(spec, outcome.tokenizer, eos_token_ids(outcome.policy, outcome.tokenizer),
                                  greedy=True)
-    style = spec.eval.prompt_style
-    rows = styled_rows(test_rows, outcome.tokenizer, style, spec.model.use_chat_template)
     with telemetry.phase("evaluation"):
-        evaluation = evaluate(outcome.policy, outcome.tokenizer, rows, spec.eval.max_new_tokens,
-                              spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
-    return {**evaluation, "prompt_style": style}
+        return evaluate(outcome.policy, outcome.tokenizer, test_rows, spec.eval.max_new_tokens,
+                        spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
 
 
 # -- the result -----------------------------------------------------------------------------------
@@ -399,24 +431,17 @@ def assemble_training(result: dict[str, Any], outcome: Any, networks: dict[str, 
 
 def assemble_evaluation(result: dict[str, Any], run_dir: Path, evaluation: dict[str, Any], n_questions: int,
                         warm_start_dir: Path | None) -> None:
-    """Accuracy after (and before, from the warm start's result) under every mode, format and truncation rates,
-    the prompt style, samples, and every completion with its verdicts (EVAL_FILE)."""
-    accuracy = result["accuracy"]
-    accuracy["n_questions"] = n_questions
-    accuracy["after"] = evaluation["scores"]
-    accuracy["prompt_style"] = evaluation.get("prompt_style", "tags")
+    """Accuracy after (and before, from the warm start's result), samples, and the per-question verdicts file."""
+    result["accuracy"]["n_questions"] = n_questions
+    result["accuracy"]["after"] = evaluation["scores"]
     result["samples"] = evaluation["samples"]
     result["metrics"]["eval_mean_length_tokens"] = evaluation["mean_length_tokens"]
     result["generation"] = evaluation.get("generation")  # the decoding settings the evaluation used
-    write_jsonl(run_dir / EVAL_FILE, evaluation["records"])
+    write_jsonl(run_dir / EVAL_FILE, evaluation["verdicts"])
     result["eval_file"] = EVAL_FILE
     before = read_result(warm_start_dir) if warm_start_dir else None
-    before_accuracy = (before or {}).get("accuracy") or {}
     if before is not None:
-        accuracy["before"] = before_accuracy.get("after")
-    for rate in ("format_rate", "truncated_rate"):
-        # The warm start's own rate "after" is every method's "before" (None for the warm start itself).
-        accuracy[rate] = {"before": (before_accuracy.get(rate) or {}).get("after"), "after": evaluation[rate]}
+        result["accuracy"]["before"] = before["accuracy"]["after"]
 
 
 def main(argv: list[str] | None = None) -> int:

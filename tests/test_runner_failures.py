@@ -247,7 +247,8 @@ def test_a_worker_failure_message_is_one_capped_line() -> None:
     from bench.worker import MESSAGE_LIMIT, Interrupted, failure_record
 
     record = failure_record(RuntimeError("CUDA out of memory.\n  Tried to allocate 2 GiB\n" + "y" * 3000), None)
-    assert record["type"] == "RuntimeError" and "\n" not in record["message"]
+    # An out-of-memory error is classed as such, whatever its class (here the CUDA runtime's RuntimeError).
+    assert record["type"] == "OutOfMemory" and record["exception"] == "RuntimeError" and "\n" not in record["message"]
     assert record["message"].startswith("CUDA out of memory. Tried to allocate 2 GiB yyy")
     assert len(record["message"]) <= MESSAGE_LIMIT + len("… (99999 more characters)")
     assert record["message"].endswith(" more characters)")
