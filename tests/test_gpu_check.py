@@ -85,7 +85,7 @@ def test_nothing_is_evaluated(rehearsal: tuple[subprocess.CompletedProcess, Path
         assert res["eval_file"] is None and res["samples"] == [], run_id
         if run_id != "reward_model":  # its evaluation phase is the held-out pair accuracy, not a GSM8K evaluation
             assert "evaluation" not in res["phases"], run_id
-        assert not (suite / "runs" / run_id / "eval_after.jsonl").exists(), run_id
+        assert not (suite / "runs" / run_id / "completions.jsonl").exists(), run_id
     with open(suite / "results.csv", newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     assert [r["run_id"] for r in rows] == METHODS
