@@ -28,7 +28,8 @@ from bench.results import cap_text, empty_result, read_result, result_problems, 
 
 PROGRESS_PREFIX = "@@progress "
 RUN_FILE = "run.json"
-EVAL_FILE = "eval_after.jsonl"
+EVAL_FILE = "completions.jsonl"
+"""Every evaluation completion with its verdicts, one JSON line per test question (bench.evaluation.completion_record)."""
 PARENT_ENV = "BENCH_PARENT_PID"
 """The runner's PID, set in each worker's environment: the parent the worker must not outlive."""
 OUT_OF_MEMORY = "OutOfMemory"
@@ -404,17 +405,25 @@ def evaluates(job: dict[str, Any]) -> bool:
 
 
 def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], telemetry: Any) -> dict[str, Any]:
-    """Greedy evaluation of the trained policy on the held-out rows, timed as phase 'evaluation'."""
+    """Greedy evaluation of the trained policy on the held-out rows, timed as phase 'evaluation'.
+
+    The questions are asked in ``spec.eval.prompt_style`` (bench.prompts; training used the tags prompt); the
+    returned dict is bench.evaluation.evaluate's plus 'prompt_style'.
+    """
     from bench.evaluation import evaluate
     from bench.generation import eos_token_ids, sampling_settings
+    from bench.prompts import styled_rows
 
     # Explicit settings, built from the spec alone (not from the model's generation_config), so that every
     # method is evaluated with the same decoding; evaluate() returns them as "generation" for the result.
     settings = sampling_settings(spec, outcome.tokenizer, eos_token_ids(outcome.policy, outcome.tokenizer),
                                  greedy=True)
+    style = spec.eval.prompt_style
+    rows = styled_rows(test_rows, outcome.tokenizer, style, spec.model.use_chat_template)
     with telemetry.phase("evaluation"):
-        return evaluate(outcome.policy, outcome.tokenizer, test_rows, spec.eval.max_new_tokens,
-                        spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
+        evaluation = evaluate(outcome.policy, outcome.tokenizer, rows, spec.eval.max_new_tokens,
+                              spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
+    return {**evaluation, "prompt_style": style}
 
 
 # -- the result -----------------------------------------------------------------------------------
@@ -431,17 +440,24 @@ def assemble_training(result: dict[str, Any], outcome: Any, networks: dict[str, 
 
 def assemble_evaluation(result: dict[str, Any], run_dir: Path, evaluation: dict[str, Any], n_questions: int,
                         warm_start_dir: Path | None) -> None:
-    """Accuracy after (and before, from the warm start's result), samples, and the per-question verdicts file."""
-    result["accuracy"]["n_questions"] = n_questions
-    result["accuracy"]["after"] = evaluation["scores"]
+    """Accuracy after (and before, from the warm start's result) under every mode, format and truncation rates,
+    the prompt style, samples, and every completion with its verdicts (EVAL_FILE)."""
+    accuracy = result["accuracy"]
+    accuracy["n_questions"] = n_questions
+    accuracy["after"] = evaluation["scores"]
+    accuracy["prompt_style"] = evaluation.get("prompt_style", "tags")
     result["samples"] = evaluation["samples"]
     result["metrics"]["eval_mean_length_tokens"] = evaluation["mean_length_tokens"]
     result["generation"] = evaluation.get("generation")  # the decoding settings the evaluation used
-    write_jsonl(run_dir / EVAL_FILE, evaluation["verdicts"])
+    write_jsonl(run_dir / EVAL_FILE, evaluation["records"])
     result["eval_file"] = EVAL_FILE
     before = read_result(warm_start_dir) if warm_start_dir else None
+    before_accuracy = (before or {}).get("accuracy") or {}
     if before is not None:
-        result["accuracy"]["before"] = before["accuracy"]["after"]
+        accuracy["before"] = before_accuracy.get("after")
+    for rate in ("format_rate", "truncated_rate"):
+        # The warm start's own rate "after" is every method's "before" (None for the warm start itself).
+        accuracy[rate] = {"before": (before_accuracy.get(rate) or {}).get("after"), "after": evaluation[rate]}
 
 
 def main(argv: list[str] | None = None) -> int:
