@@ -604,3 +604,265 @@ def test_accuracy_of_a_run_without_evaluation_reads_not_evaluated() -> None:
     run = Run("ppo-s0", {"status": "ok", "spec": {"eval": {"enabled": False}},
                          "accuracy": {"before": None, "after": None}})
     assert before_after_text(run, "strict") == "not evaluated (eval.enabled: false)"
+
+
+# --- issue 9: modes, completions files, tests against the start, seeds, Holm, reward model, control, anchors ----
+MODES = ("suite-strict", "suite-flexible", "lmeval-strict", "lmeval-flexible")
+N_Q = 20
+START = set(range(8))  # the warm start is right on questions 0..7 (suite-strict)
+
+
+def _verdicts(right: set[int]) -> dict[str, list[bool]]:
+    """Per-mode verdicts from one set of right questions: flexible also gets question 18, lmeval-strict loses 0."""
+    return {"suite-strict": [i in right for i in range(N_Q)],
+            "suite-flexible": [i in right or i == 18 for i in range(N_Q)],
+            "lmeval-strict": [i in right and i != 0 for i in range(N_Q)],
+            "lmeval-flexible": [i in right or i == 18 for i in range(N_Q)]}
+
+
+def _scores(verdicts: dict[str, list[bool]]) -> dict[str, Any]:
+    return {mode: _score(sum(v), len(v)) for mode, v in verdicts.items()}
+
+
+def write_completions(run_dir: Path, verdicts: dict[str, list[bool]]) -> None:
+    """completions.jsonl in the new per-question format (one line per question, verdict per mode)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"index": i, "id": f"q{i:03d}", "prompt": "Q?", "completion": "#### 1", "tokens": 4,
+                         "hit_max": False, "gold": "1", "gold_answer": "... #### 1",
+                         "extracted": {m: "1" for m in verdicts}, "correct": {m: v[i] for m, v in verdicts.items()}})
+             for i in range(N_Q)]
+    (run_dir / "completions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _new_run(suite: Path, run_id: str, method: str, label: str, right: set[int], seed: int = 0,
+             kind: str = "method", **kw: Any) -> dict[str, Any]:
+    res = make_result(run_id, method, label, kind=kind, seed=seed, **kw)
+    res["accuracy"] = {"n_questions": N_Q, "before": _scores(_verdicts(START)), "after": _scores(_verdicts(right)),
+                       "format_rate": {"before": 0.9, "after": 0.95}, "truncated_rate": {"before": 0.1, "after": 0.05}}
+    res["eval_file"] = "completions.jsonl"
+    write_json_atomic(suite / "runs" / run_id / "result.json", res)
+    write_completions(suite / "runs" / run_id, _verdicts(right))
+    return res
+
+
+def _stats_suite(root: Path, model: dict[str, Any] | None = None) -> Path:
+    """Warm start, reward model (55% of 200 held-out pairs), GRPO / PPO (reward model) / control over seeds 0, 1."""
+    suite = root / "stats"
+    model = model or {"source": "hub", "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"}
+    spec = {"preset": "test", "model": model}
+    runs = ["warm_start", "reward_model", "grpo-s0", "ppo-s0", "control-s0", "grpo-s1", "ppo-s1", "control-s1"]
+    write_json_atomic(suite / "suite.json", {"preset": "test", "description": "", "runs": runs, "spec": spec})
+    _new_run(suite, "warm_start", "warm_start", "Warm start (SFT)", START, kind="stage")
+    rm = make_result("reward_model", "reward_model", "Reward model", kind="stage")
+    rm["metrics"] = {"train_pairs": 800, "heldout_pairs": 200, "heldout_pair_accuracy": 0.55,
+                     "heldout_pair_accuracy_untrained": 0.5}
+    write_json_atomic(suite / "runs" / "reward_model" / "result.json", rm)
+    ppo_settings = {"learning_rate": 1e-5, "reward_source": "model"}
+    _new_run(suite, "grpo-s0", "grpo", "GRPO", set(range(14)))
+    _new_run(suite, "ppo-s0", "ppo", "PPO (reward model)", set(range(6)) | {8, 9}, settings=ppo_settings)
+    _new_run(suite, "control-s0", "control", "Control (lr 0)", START)
+    _new_run(suite, "grpo-s1", "grpo", "GRPO", set(range(12)), seed=1)
+    _new_run(suite, "ppo-s1", "ppo", "PPO (reward model)", set(range(10)), seed=1, settings=ppo_settings)
+    _new_run(suite, "control-s1", "control", "Control (lr 0)", START | {19}, seed=1)  # one question moved
+    for res_seed in (0, 1):
+        for method in ("grpo", "ppo", "control"):
+            res = json.loads((suite / "runs" / f"{method}-s{res_seed}" / "result.json").read_text())
+            res["spec"] = spec
+            write_json_atomic(suite / "runs" / f"{method}-s{res_seed}" / "result.json", res)
+    return suite
+
+
+@pytest.fixture(scope="module")
+def stats_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    suite = _stats_suite(tmp_path_factory.mktemp("stats"))
+    build_report(suite)
+    return suite
+
+
+def test_completions_file_is_read_without_its_text_and_csv_has_every_mode(stats_suite: Path) -> None:
+    suite = load_suite(stats_suite)
+    grpo = next(r for r in suite.runs if r.run_id == "grpo-s0")
+    assert grpo.verdicts is not None and len(grpo.verdicts) == N_Q
+    assert "completion" not in grpo.verdicts[0] and "prompt" not in grpo.verdicts[0]  # dropped on reading
+    assert suite.headline_mode == "suite-strict"  # no report_settings.json: bench.verifier's HEADLINE_MODE
+    rows = {r["run_id"]: r for r in _csv(stats_suite)}
+    g = rows["grpo-s0"]
+    # GRPO s0 is right on 0..13: suite-strict 14/20; flexible adds question 18 (15/20); lmeval-strict drops 0 (13/20).
+    assert g["headline_mode"] == "suite-strict" and float(g["accuracy_after"]) == pytest.approx(0.70)
+    assert float(g["accuracy_after_suite_strict"]) == pytest.approx(0.70)
+    assert float(g["accuracy_after_suite_flexible"]) == pytest.approx(0.75)
+    assert float(g["accuracy_after_lmeval_strict"]) == pytest.approx(0.65)
+    assert float(g["accuracy_before_lmeval_strict"]) == pytest.approx(0.35)  # start 0..7 without 0: 7/20
+    assert float(g["accuracy_after_lmeval_flexible_low"]) < 0.75 < float(g["accuracy_after_lmeval_flexible_high"])
+    assert float(g["format_rate_after"]) == 0.95 and float(g["truncated_rate_before"]) == 0.1
+
+
+def test_headline_mode_comes_from_report_settings(tmp_path: Path) -> None:
+    suite = _stats_suite(tmp_path)
+    (suite / "report_settings.json").write_text(json.dumps({"headline_mode": "lmeval-strict"}), encoding="utf-8")
+    loaded = load_suite(suite)
+    assert loaded.headline_mode == "lmeval-strict"
+    from bench.report.load import results_frame
+    from bench.report.tables import paired_tests_table
+
+    frame = results_frame(loaded).set_index("run_id")
+    assert frame.loc["grpo-s0", "accuracy_after"] == pytest.approx(0.65)  # the lmeval-strict score
+    assert frame.loc["grpo-s0", "headline_mode"] == "lmeval-strict"
+    assert "lmeval-strict" in paired_tests_table(loaded).notes[0]  # each table says which mode it uses
+    (suite / "report_settings.json").write_text(json.dumps({"headline_mode": "exact"}), encoding="utf-8")
+    loaded = load_suite(suite)
+    assert loaded.headline_mode == "suite-strict" and any("headline_mode 'exact'" in p for p in loaded.problems)
+
+
+def test_between_method_mcnemar_with_holm_by_hand(stats_suite: Path) -> None:
+    from bench.report.tables import paired_tests, paired_tests_table
+
+    tests = paired_tests(load_suite(stats_suite))
+    # Seed 0: GRPO 0..13, PPO 0..5+8,9, control 0..7; seed 1: GRPO 0..11, PPO 0..9, control 0..7+19.
+    # GRPO-PPO s0: 6 vs 0 -> 2/2^6 = 0.03125; GRPO-control s0: 6 vs 0 -> 0.03125; PPO-control s0: 2 vs 2 -> 1;
+    # GRPO-PPO s1: 2 vs 0 -> 2/4 = 0.5; GRPO-control s1: 4 vs 1, n = 5: P(X <= 1) = (1 + 5) / 32, doubled 0.375;
+    # PPO-control s1: 2 vs 1, n = 3: 2 (1 + 3) / 8 = 1.
+    got = [(t["seed"], t["a"].split(" s")[0], t["b"].split(" s")[0], t["a_only"], t["b_only"]) for t in tests]
+    assert got == [(0, "GRPO", "PPO (reward model)", 6, 0), (0, "GRPO", "Control (lr 0)", 6, 0),
+                   (0, "PPO (reward model)", "Control (lr 0)", 2, 2), (1, "GRPO", "PPO (reward model)", 2, 0),
+                   (1, "GRPO", "Control (lr 0)", 4, 1), (1, "PPO (reward model)", "Control (lr 0)", 2, 1)]
+    assert [t["p_value"] for t in tests] == pytest.approx([0.03125, 0.03125, 1.0, 0.5, 0.375, 1.0])
+    # Holm over the family of 6: 0.03125 x 6 = 0.1875, x 5 = 0.15625 -> 0.1875; 0.375 x 4 = 1.5 -> 1; the rest 1.
+    assert [t["p_holm"] for t in tests] == pytest.approx([0.1875, 0.1875, 1.0, 1.0, 1.0, 1.0])
+    table = paired_tests_table(load_suite(stats_suite))
+    assert "Holm-adjusted p" in table.header and table.rows[0][7] == "0.188"
+    assert any("family of all 6 between-method" in n for n in table.notes)
+
+
+def test_every_method_against_its_start_by_hand(stats_suite: Path) -> None:
+    from bench.report.tables import start_tests, start_tests_table
+
+    tests = {t["run_id"]: t for t in start_tests(load_suite(stats_suite))}
+    # Start right on 0..7. GRPO s0 (0..13): gained 6, lost 0 -> p = 2/64 = 0.03125. PPO s0 (0..5, 8, 9): gained 2,
+    # lost 2 -> 1. Control s0: nothing discordant -> 1. GRPO s1 (0..11): gained 4 -> 2/16 = 0.125. PPO s1 (0..9):
+    # gained 2 -> 0.5. Control s1: gained 1 (question 19) -> 2 x 1/2 = 1.
+    assert {k: (t["gained"], t["lost"]) for k, t in tests.items()} == {
+        "grpo-s0": (6, 0), "ppo-s0": (2, 2), "control-s0": (0, 0), "grpo-s1": (4, 0), "ppo-s1": (2, 0),
+        "control-s1": (1, 0)}
+    assert {k: t["p_value"] for k, t in tests.items()} == pytest.approx(
+        {"grpo-s0": 0.03125, "ppo-s0": 1.0, "control-s0": 1.0, "grpo-s1": 0.125, "ppo-s1": 0.5, "control-s1": 1.0})
+    # Holm over these 6: 0.03125 x 6 = 0.1875; 0.125 x 5 = 0.625; 0.5 x 4 = 2 -> 1; the rest 1.
+    assert tests["grpo-s0"]["p_holm"] == pytest.approx(0.1875) and tests["grpo-s1"]["p_holm"] == pytest.approx(0.625)
+    assert tests["ppo-s1"]["p_holm"] == 1.0
+    assert tests["grpo-s0"]["before"] == pytest.approx(0.4) and tests["grpo-s0"]["after"] == pytest.approx(0.7)
+    assert tests["grpo-s0"]["diff"] == pytest.approx(0.3)
+    row = start_tests_table(load_suite(stats_suite)).rows[0]
+    assert row[:7] == ["GRPO s0", "0", "20", "40.0%", "70.0%", "6", "0"]
+
+
+def test_seed_level_t_tests_by_hand(stats_suite: Path) -> None:
+    from bench.report.seeds import per_seed_table, seed_tests, seed_tests_table
+
+    tests = {(t["a"], t["b"]): t for t in seed_tests(load_suite(stats_suite))}
+    # Accuracies after: GRPO 0.70, 0.60; PPO 0.40, 0.50; control 0.40, 0.45.
+    # GRPO - PPO: d = [0.30, 0.10], mean 0.20, sd 0.1414, se 0.1, t = 2, df 1 (Cauchy): p = 1 - 2 atan(2)/pi = 0.295167.
+    g_p = tests[("GRPO", "PPO (reward model)")]
+    assert g_p["mean_diff"] == pytest.approx(0.20) and g_p["t"] == pytest.approx(2.0)
+    assert g_p["p_value"] == pytest.approx(0.295167, abs=1e-6)
+    # GRPO - control: d = [0.30, 0.15], mean 0.225, se 0.075, t = 3: p = 1 - 2 atan(3)/pi = 0.204833.
+    assert tests[("GRPO", "Control (lr 0)")]["p_value"] == pytest.approx(0.204833, abs=1e-6)
+    # PPO - control: d = [0, 0.05], mean 0.025, se 0.025, t = 1: p = 1 - 2 atan(1)/pi = 0.5.
+    assert tests[("PPO (reward model)", "Control (lr 0)")]["p_value"] == pytest.approx(0.5)
+    # Holm over 3: 0.204833 x 3 = 0.614500; 0.295167 x 2 = 0.590334 -> 0.614500; 0.5 x 1 -> 0.614500.
+    assert [t["p_holm"] for t in tests.values()] == pytest.approx([0.6145, 0.6145, 0.6145], abs=1e-5)
+    table = seed_tests_table(load_suite(stats_suite))
+    assert table.rows[0][:4] == ["GRPO", "PPO (reward model)", "0, 1", "+20.0 ± 14.1 pp"]
+    per_seed = per_seed_table(load_suite(stats_suite))
+    assert per_seed.header == ["method", "seed 0", "seed 1", "mean ± sd"]
+    # GRPO: 70% and 60% -> mean 65%, sd sqrt(2 x 0.05^2) = 7.1 pp.
+    assert per_seed.rows[0] == ["GRPO", "70.0%", "60.0%", "65.0% ± 7.1 pp (n = 2)"]
+
+
+def test_reward_model_interval_and_warning_beside_ppo(stats_suite: Path) -> None:
+    from bench.report.tables import reward_model_check, reward_model_table
+
+    check = reward_model_check(load_suite(stats_suite))
+    # 110 of 200: z^2 = 3.8416, denom = 1.019208, centre = (0.55 + 0.009604) / 1.019208 = 0.549058,
+    # half = (1.96 / 1.019208) x sqrt(0.2475/200 + 3.8416/160000) = 1.923062 x 0.0355177 = 0.068303.
+    assert (check["n"], check["correct"]) == (200, 110)
+    assert check["low"] == pytest.approx(0.549058 - 0.068303, abs=1e-5)
+    assert check["high"] == pytest.approx(0.549058 + 0.068303, abs=1e-5)
+    assert check["chance_inside"] is True
+    table = reward_model_table(load_suite(stats_suite))
+    assert table.rows[0][:3] == ["Reward model", "200", "55.0% [48.1, 61.7]"]
+    assert len(table.warnings) == 1 and table.warnings[0].startswith("PPO (reward model): its reward model")
+    assert "contains 50%" in table.warnings[0]
+
+
+def test_reward_model_above_chance_has_no_warning(tmp_path: Path) -> None:
+    from bench.report.tables import reward_model_table
+
+    suite = _stats_suite(tmp_path)
+    rm = json.loads((suite / "runs" / "reward_model" / "result.json").read_text())
+    rm["metrics"]["heldout_pair_accuracy"] = 0.62  # 124/200: Wilson low = 0.551 > 0.5
+    write_json_atomic(suite / "runs" / "reward_model" / "result.json", rm)
+    table = reward_model_table(load_suite(suite))
+    assert table.rows[0][-1] == "no" and table.warnings == []
+
+
+def test_control_arm_check(stats_suite: Path) -> None:
+    from bench.report.tables import control_table
+
+    table = control_table(load_suite(stats_suite))
+    rows = {r[0]: r for r in table.rows}
+    assert rows["Control (lr 0) s0"][2] == "yes (0 differing questions)"
+    assert rows["Control (lr 0) s1"][2] == "no (1 differing questions)"  # question 19 moved at learning rate 0
+    assert len(table.warnings) == 1 and table.warnings[0].startswith("Pipeline problem: Control (lr 0) s1")
+
+
+def test_anchors_shown_only_for_the_matching_pretrained_model(stats_suite: Path, tmp_path: Path) -> None:
+    from bench.report.anchors import anchor_table, load_anchors
+
+    shipped = load_anchors()
+    assert sorted(a["value"] for a in shipped if a["model"] == "Qwen/Qwen2.5-0.5B-Instruct") == [49.6, 54.3, 56.7]
+    table = anchor_table(load_suite(stats_suite))
+    rows = {r[0]: r for r in table.rows}
+    assert set(rows) == {"49.6% (external)", "56.7% (external)", "54.3% (external)"}
+    # PPO after: 0.40 and 0.50 -> mean 45.0%; GRPO: 0.70, 0.60 -> 65.0%; the start: 8/20 = 40.0%.
+    assert rows["56.7% (external)"][2] == "45.0% (PPO (reward model) after, suite-strict, mean of 2 seed(s))"
+    assert rows["54.3% (external)"][2] == "65.0% (GRPO after, suite-strict, mean of 2 seed(s))"
+    assert rows["49.6% (external)"][2].startswith("40.0% [")
+    assert "verl" in rows["56.7% (external)"][7] and rows["56.7% (external)"][8] == "yes"
+    assert rows["49.6% (external)"][8].startswith("unverified")
+    md = (stats_suite / "summary.md").read_text(encoding="utf-8")
+    assert "| 56.7% (external) |" in md  # summary.md places every detail table
+    # Random weights of the same shape, a local copy under another name, and the tiny model: no anchors.
+    for model in ({"source": "architecture", "architecture": "qwen2.5-0.5b"},
+                  {"source": "path", "name_or_path": "/models/other-model"}, {"source": "tiny"}):
+        assert not anchor_table(load_suite(_stats_suite(tmp_path / model["source"], model)))
+    local = load_suite(_stats_suite(tmp_path / "local", {"source": "path",
+                                                          "name_or_path": "/models/qwen2.5-0.5b-instruct/"}))
+    assert len(anchor_table(local).rows) == 3
+
+
+def test_a_malformed_anchor_is_refused(tmp_path: Path) -> None:
+    from bench.report.anchors import load_anchors
+
+    path = tmp_path / "anchors.yaml"
+    path.write_text("anchors:\n  - model: m\n    value: 50\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="anchor 1 lacks what"):
+        load_anchors(path)
+
+
+def test_a_malformed_ok_result_renders_as_failed(tmp_path: Path) -> None:
+    """Issue 13: an ok result that fails the schema check (the one --resume uses) is not a finished run."""
+    suite = tmp_path / "bad"
+    good = make_result("grpo-s0", "grpo", "GRPO")
+    bad = make_result("ppo-s0", "ppo", "PPO")
+    bad["accuracy"]["after"] = []  # not a dict: what a truncated or hand-edited file looks like
+    skeleton = empty_result("dpo-s0", "method", "dpo", "DPO", "trl", 0)
+    skeleton["status"] = "ok"  # a run that never ran, marked ok
+    for res in (good, bad, skeleton):
+        write_json_atomic(suite / "runs" / res["run_id"] / "result.json", res)
+    build_report(suite)
+    rows = {r["run_id"]: r for r in _csv(suite)}
+    assert rows["grpo-s0"]["status"] == "ok"
+    assert rows["ppo-s0"]["status"] == "failed" and "accuracy.after" in rows["ppo-s0"]["error"]
+    assert rows["dpo-s0"]["status"] == "failed" and "malformed" in rows["dpo-s0"]["error"]
+    page = (suite / "index.html").read_text(encoding="utf-8")
+    assert "result.json says ok but is malformed" in page

@@ -7,6 +7,11 @@ than one ok seed; it is computed from :func:`bench.report.load.results_frame`, t
 Spread is the sample standard deviation over seeds (ddof = 1: with n seeds it estimates the seed-to-seed
 standard deviation, not that of the mean) together with the range (min to max), which is what two or three
 seeds can honestly show. Only ok runs count: a failed seed has no "after" to average.
+
+Accuracy is the suite's headline mode (``Suite.headline_mode``, named in every table's note). Besides the
+aggregate, :func:`per_seed_table` lists each seed's value, and :func:`seed_tests_table` compares methods at the
+seed level: a paired t-test over the seeds both methods finished (seed s of A against seed s of B), which
+carries the seed-to-seed noise that the per-question McNemar tests leave out.
 """
 
 from __future__ import annotations
@@ -15,20 +20,23 @@ from typing import Any
 
 import pandas as pd
 
+import itertools
+
+from bench import stats
 from bench.report import fmt
 from bench.report.load import Suite, results_frame
 
 METRICS = ("accuracy_after", "step_s_median", "peak_memory_bytes")
-"""Columns of results.csv aggregated per method: strict accuracy after (fraction), median seconds per optimizer
-step (s), whole-run peak memory (bytes, one source)."""
+"""Columns of results.csv aggregated per method: accuracy after in the headline mode (fraction), median seconds
+per optimizer step (s), whole-run peak memory (bytes, one source)."""
 
-HEADER = ["method", "ok seeds", "accuracy strict after: mean ± sd (min–max)",
+HEADER = ["method", "ok seeds", "accuracy after: mean ± sd (min–max)",
           "median s/step: mean ± sd (min–max)", "peak memory: mean ± sd (min–max, source)"]
 
 NOTE = ("Across seeds: ok runs only; sd is the sample standard deviation over seeds (n − 1 in the denominator), "
-        "the range is the lowest and highest seed. Accuracy is strict, greedy, after training; s/step is each "
-        "run's median seconds per optimizer step; peak memory is each run's whole-run peak from the source in "
-        "brackets (seeds are averaged only when they share one source).")
+        "the range is the lowest and highest seed. Accuracy is greedy, after training, in the headline mode {mode}; "
+        "s/step is each run's median seconds per optimizer step; peak memory is each run's whole-run peak from the "
+        "source in brackets (seeds are averaged only when they share one source).")
 
 
 def seed_stats(suite: Suite) -> pd.DataFrame:
@@ -110,5 +118,74 @@ def across_seeds(suite: Suite) -> fmt.Table:
         seeds = ", ".join(str(s) for s in row["seed_list"]) or fmt.MISSING
         rows.append([row["label"], f"{int(row['seeds'])} (seed {seeds})",
                      _spread(row, "accuracy_after", _pct), _spread(row, "step_s_median", _sec), memory])
-    return fmt.Table(list(HEADER), rows, [NOTE])
+    return fmt.Table(list(HEADER), rows, [NOTE.format(mode=fmt.mode_note(suite.headline_mode))])
+
+
+def _ok_accuracy(suite: Suite) -> dict[str, dict[int, float]]:
+    """Label -> {seed: accuracy after in the headline mode} over ok runs that measured it (suite order)."""
+    frame = results_frame(suite)
+    ok = frame[(frame["status"] == "ok") & frame["accuracy_after"].notna() & frame["seed"].notna()]
+    out: dict[str, dict[int, float]] = {}
+    for _, row in ok.iterrows():
+        out.setdefault(str(row["label"]), {})[int(row["seed"])] = float(row["accuracy_after"])
+    return out
+
+
+def per_seed_table(suite: Suite) -> fmt.Table:
+    """Each method's accuracy after per seed (one column per seed), then mean ± sd; empty when no method has
+    several ok seeds. A seed a method did not finish is the dash."""
+    if not has_several_seeds(suite):
+        return fmt.Table([], [])
+    per_label = _ok_accuracy(suite)
+    seeds = sorted({seed for values in per_label.values() for seed in values})
+    rows = []
+    for label, values in per_label.items():
+        mean, sd = stats.mean_sd(list(values.values()))
+        spread = _pct(mean) + (f" ± {_pct(sd, True)}" if sd is not None else "")
+        rows.append([label] + [_pct(values[s]) if s in values else fmt.MISSING for s in seeds]
+                    + [f"{spread} (n = {len(values)})"])
+    note = (f"Accuracy after training, greedy, headline mode {fmt.mode_note(suite.headline_mode)}; ok runs only. "
+            f"sd: sample standard deviation over the method's seeds (n − 1).")
+    return fmt.Table(["method"] + [f"seed {s}" for s in seeds] + ["mean ± sd"], rows, [note])
+
+
+def seed_tests(suite: Suite) -> list[dict[str, Any]]:
+    """Paired t-tests over seeds between every two methods with at least two ok seeds in common.
+
+    Each seed is one pair (A's accuracy after on seed s, B's on seed s; the seed fixes data order and sampling,
+    so same-seed runs are matched). ``p_holm`` is Holm-adjusted over this family (every method pair, one mode).
+    """
+    per_label = _ok_accuracy(suite)
+    out = []
+    for a, b in itertools.combinations(per_label, 2):
+        common = sorted(set(per_label[a]) & set(per_label[b]))
+        if len(common) < 2:
+            continue
+        test = stats.paired_t_test([per_label[a][s] for s in common], [per_label[b][s] for s in common])
+        out.append({"a": a, "b": b, "seeds": common, **test})
+    for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
+        test["p_holm"] = adjusted
+    return out
+
+
+def seed_tests_table(suite: Suite) -> fmt.Table:
+    """Seed-level comparison of methods: mean difference ± sd over paired seeds, t interval, t-test p, Holm p."""
+    tests = seed_tests(suite)
+    if not tests:
+        return fmt.Table([], [])
+    rows = []
+    for t in tests:
+        sd = "" if t["sd_diff"] is None else f" ± {100 * t['sd_diff']:.1f}"
+        ci = (fmt.MISSING if t["low"] is None
+              else f"[{100 * t['low']:+.1f}, {100 * t['high']:+.1f}] (df {t['df']})")
+        rows.append([t["a"], t["b"], ", ".join(str(s) for s in t["seeds"]), f"{100 * t['mean_diff']:+.1f}{sd} pp", ci,
+                     fmt.MISSING if t["p_value"] is None else fmt.p_value_text(t["p_value"]),
+                     fmt.MISSING if t["p_holm"] is None else fmt.p_value_text(t["p_holm"])])
+    notes = [f"Headline mode {fmt.mode_note(suite.headline_mode)}. Paired t-test over seeds: for each seed both "
+             f"methods finished, the difference of their accuracies after; t = mean / (sd / √n) with n − 1 degrees of "
+             f"freedom, two-sided; the interval is the 95% t interval of the mean difference. With 2–3 seeds the "
+             f"test has little power: a large p says the seeds cannot tell the methods apart, not that they are equal.",
+             f"Holm-adjusted p: over the family of all {len(tests)} method pair(s) in this table."]
+    return fmt.Table(["A", "B", "seeds", "A − B: mean ± sd over seeds", "95% CI (t)", "t-test p", "Holm-adjusted p"],
+                     rows, notes)
 

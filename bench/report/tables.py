@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import stats
-from bench.report import fmt, networks, seeds, settings, throughput
-from bench.report.load import Suite, results_frame
+from bench.report import anchors, fmt, networks, seeds, settings, throughput
+from bench.report.load import Run, Suite, results_frame
 
 LOW_CHANGE = 0.5
 """A method run whose training changed less than this share of its trained weights is flagged: most of its
@@ -80,37 +80,166 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
     return ["setting", *labels], rows
 
 
-def paired_tests(suite: Suite) -> list[dict[str, Any]]:
-    """McNemar (exact) and a paired bootstrap between ok method runs of the same seed, on strict verdicts.
+def verdict_map(run: Run, mode: str) -> dict[Any, bool]:
+    """Question key -> verdict under ``mode`` for one run's per-question lines (questions without one left out).
 
-    Only runs of the same seed are paired (seed s of GRPO against seed s of PPO), which keeps the table to
-    methods x methods per seed rather than every run against every run. Questions are matched by ``index``;
-    only indices both runs judged are compared.
+    The key is the question ``id`` (a hash of the question text) when every line has one, else the ``index``:
+    matching by id keeps a pairing honest even if two evaluations listed the questions in another order.
     """
+    rows = run.verdicts or []
+    by_id = bool(rows) and all(isinstance(r.get("id"), str) and r["id"] for r in rows)
+    out: dict[Any, bool] = {}
+    for row in rows:
+        v = fmt.verdict(row, mode)
+        if v is not None:
+            out[row["id"] if by_id else int(row["index"])] = v
+    return out
+
+
+def _paired(va: dict[Any, bool], vb: dict[Any, bool]) -> tuple[list[bool], list[bool]] | None:
+    """The two runs' verdicts on the questions both judged (same key order), or None when they share none."""
+    common = sorted(set(va) & set(vb), key=str)
+    if not common:
+        return None
+    return [va[k] for k in common], [vb[k] for k in common]
+
+
+def paired_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
+    """McNemar (exact) and a paired bootstrap between ok method runs of the same seed, on ``mode`` verdicts.
+
+    ``mode`` defaults to the suite's headline mode. Only runs of the same seed are paired (seed s of GRPO against
+    seed s of PPO), which keeps the table to methods x methods per seed rather than every run against every run.
+    Questions are matched by id (else index); only questions both runs judged are compared.
+
+    ``p_holm`` is Holm-adjusted over the family of every test in this list (all method pairs, all seeds, one
+    mode): the family a reader scans when looking for "a significant difference somewhere".
+    """
+    mode = mode or suite.headline_mode
     ok = [r for r in suite.methods if r.status == "ok" and r.verdicts]
     names = fmt.display_names(suite.methods)
+    maps = {r.run_id: verdict_map(r, mode) for r in ok}
     out = []
     for a, b in itertools.combinations(ok, 2):
         if a.result.get("seed") != b.result.get("seed"):
             continue
-        va = {int(v["index"]): bool(v.get("correct_strict")) for v in a.verdicts or []}
-        vb = {int(v["index"]): bool(v.get("correct_strict")) for v in b.verdicts or []}
-        common = sorted(set(va) & set(vb))
-        if not common:
+        pair = _paired(maps[a.run_id], maps[b.run_id])
+        if pair is None:
             continue
-        xa, xb = [va[i] for i in common], [vb[i] for i in common]
+        xa, xb = pair
         mc = stats.mcnemar_test(xa, xb)
         boot = stats.paired_bootstrap(xa, xb)
         out.append({
-            "a": names[a.run_id], "b": names[b.run_id], "n": mc["n"],
+            "a": names[a.run_id], "b": names[b.run_id], "seed": a.result.get("seed"), "mode": mode, "n": mc["n"],
             "a_only": mc["a_only"], "b_only": mc["b_only"], "p_value": mc["p_value"],
             "diff": boot["mean_diff"], "diff_low": boot["low"], "diff_high": boot["high"],
         })
+    for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
+        test["p_holm"] = adjusted
     return out
 
 
+def _diff_text(diff: float, low: float | None, high: float | None) -> str:
+    """'+6.0 pp [+1.2, +10.5]': a difference of fractions in percentage points with its interval."""
+    text = f"{100 * diff:+.1f} pp"
+    if low is not None and high is not None:
+        text += f" [{100 * low:+.1f}, {100 * high:+.1f}]"
+    return text
+
+
+def _seed_text(seed: Any) -> str:
+    return fmt.MISSING if seed is None else str(seed)
+
+
+ALPHA = 0.05
+"""The level the tables' 'significant' wording uses (Holm-adjusted p below it)."""
+
+
+def paired_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
+    """Between methods, per seed, on the same questions: McNemar p, Holm-adjusted p, and the bootstrap difference."""
+    mode = mode or suite.headline_mode
+    tests = paired_tests(suite, mode)
+    if not tests:
+        return fmt.Table([], [])
+    rows = [[_seed_text(t["seed"]), t["a"], t["b"], fmt.int_text(t["n"]), fmt.int_text(t["a_only"]),
+             fmt.int_text(t["b_only"]), fmt.p_value_text(t["p_value"]), fmt.p_value_text(t["p_holm"]),
+             _diff_text(t["diff"], t["diff_low"], t["diff_high"])] for t in tests]
+    notes = [f"Scoring mode: {fmt.mode_note(mode)}.",
+             "McNemar: exact two-sided binomial test on the questions exactly one of the two runs got right. "
+             "A − B: difference in accuracy with a 95% paired bootstrap interval (2,000 resamples of questions).",
+             f"Holm-adjusted p: Holm's step-down correction over the family of all {len(tests)} between-method "
+             f"McNemar test(s) in this table (every pair of methods, every seed, this mode); a difference is called "
+             f"significant when its adjusted p is below {ALPHA}. These tests see only question-to-question noise; "
+             f"the seed-level comparison shows the seed-to-seed spread."]
+    return fmt.Table(["seed", "A", "B", "questions", "A only right", "B only right", "McNemar p",
+                      "Holm-adjusted p", "A − B (95% bootstrap CI)"], rows, notes)
+
+
+START_STAGE = "warm_start"
+"""The stage every method starts from; its evaluation is every method's 'before'."""
+
+
+def _start_run(suite: Suite, seed: Any) -> Run | None:
+    """The ok warm-start run with per-question verdicts: the one of ``seed`` if there are several, else the one."""
+    starts = [r for r in suite.stages if (r.result.get("method") or "").startswith(START_STAGE)
+              or r.run_id.startswith(START_STAGE)]
+    starts = [r for r in starts if r.status == "ok" and r.verdicts]
+    same_seed = [r for r in starts if r.result.get("seed") == seed]
+    return (same_seed or starts or [None])[0]
+
+
+def start_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
+    """McNemar of every ok method run against its starting checkpoint on the same questions.
+
+    The start's verdicts are the warm start's own evaluation (the checkpoint every method loads; one per seed
+    when the suite has several, else the one shared by all seeds). ``p_holm`` is Holm-adjusted over this family
+    (every method run against the start, one mode), separately from the between-method family.
+    """
+    mode = mode or suite.headline_mode
+    names = fmt.display_names(suite.methods)
+    out = []
+    for run in suite.methods:
+        if run.status != "ok" or not run.verdicts:
+            continue
+        start = _start_run(suite, run.result.get("seed"))
+        if start is None:
+            continue
+        pair = _paired(verdict_map(start, mode), verdict_map(run, mode))
+        if pair is None:
+            continue
+        before, after = pair
+        mc = stats.mcnemar_test(after, before)
+        boot = stats.paired_bootstrap(after, before)
+        n = len(before)
+        out.append({"run_id": run.run_id, "method": names[run.run_id], "seed": run.result.get("seed"),
+                    "start": start.run_id, "mode": mode, "n": n, "before": sum(before) / n, "after": sum(after) / n,
+                    "gained": mc["a_only"], "lost": mc["b_only"], "p_value": mc["p_value"],
+                    "diff": boot["mean_diff"], "diff_low": boot["low"], "diff_high": boot["high"]})
+    for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
+        test["p_holm"] = adjusted
+    return out
+
+
+def start_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
+    """Every method against its starting checkpoint: before, after, questions gained and lost, McNemar and Holm."""
+    mode = mode or suite.headline_mode
+    tests = start_tests(suite, mode)
+    if not tests:
+        return fmt.Table([], [])
+    rows = [[t["method"], _seed_text(t["seed"]), fmt.int_text(t["n"]), fmt.pct(t["before"]), fmt.pct(t["after"]),
+             fmt.int_text(t["gained"]), fmt.int_text(t["lost"]), fmt.p_value_text(t["p_value"]),
+             fmt.p_value_text(t["p_holm"]), _diff_text(t["diff"], t["diff_low"], t["diff_high"])] for t in tests]
+    notes = [f"Scoring mode: {fmt.mode_note(mode)}.",
+             "Start: the warm start's own evaluation of the checkpoint every method begins from, on the same "
+             "questions (matched by question id, else position). Gained: right after training, wrong at the start; "
+             "lost: the reverse. McNemar is exact on gained vs lost; after − before has a 95% paired bootstrap "
+             "interval.",
+             f"Holm-adjusted p: over the family of all {len(tests)} method-against-start test(s) in this table."]
+    return fmt.Table(["method", "seed", "questions", "start", "after", "gained", "lost", "McNemar p",
+                      "Holm-adjusted p", "after − start (95% bootstrap CI)"], rows, notes)
+
+
 def stage_rows(suite: Suite) -> list[dict[str, Any]]:
-    """Shared stages: status, strict accuracy after (the warm start's), wall time and their metrics.
+    """Shared stages: status, accuracy after in the headline mode (the warm start's), wall time and their metrics.
 
     ``metrics["lengths"]`` is left out (the max-lengths table shows it); other nested metrics are opened up.
     """
@@ -121,12 +250,152 @@ def stage_rows(suite: Suite) -> list[dict[str, Any]]:
             "stage": run.label,
             "run_id": run.run_id,
             "status": fmt.status_text(run),
-            "accuracy": fmt.score_text(fmt.score(run, "after", "strict")),
+            "accuracy": fmt.score_text(fmt.score(run, "after", suite.headline_mode)),
             "wall": fmt.float_text(fmt.throughput(run, "wall_s"), 1, " s"),
             "metrics": [(k, fmt.cell_text(v)) for k, v in fmt.flat_items(metrics, skip=settings.OWN_TABLE_METRICS)],
             "error": fmt.error_text(run),
         })
     return rows
+
+
+# --- checks a reviewer asks for: the reward model's signal, the control arm ----------------------------------
+REWARD_STAGE = "reward_model"
+CHANCE = 0.5
+"""A reward model that ranks held-out (chosen, rejected) pairs no better than a coin gives PPO no signal."""
+
+
+def reward_model_check(suite: Suite) -> dict[str, Any] | None:
+    """The reward-model stage's held-out pair accuracy with n and a 95% Wilson interval, or None without one.
+
+    Reads ``metrics.heldout_pairs`` and ``metrics.heldout_pair_accuracy`` (baselines/reward_model.py). The
+    correct count is rounded from accuracy x n (the stage records the share, and n pairs make it a multiple of
+    1/n). ``chance_inside``: the interval contains 50%, i.e. the data cannot tell the model from a coin.
+    """
+    run = next((r for r in suite.stages if r.status == "ok" and (r.result.get("method") == REWARD_STAGE
+                                                                   or r.run_id.startswith(REWARD_STAGE))), None)
+    if run is None:
+        return None
+    metrics = run.result.get("metrics") or {}
+    n, acc = fmt.num(metrics.get("heldout_pairs")), fmt.num(metrics.get("heldout_pair_accuracy"))
+    if n is None or acc is None or n <= 0 or not 0 <= acc <= 1:
+        return None
+    n = int(n)
+    correct = round(acc * n)
+    low, high = stats.wilson_interval(correct, n)
+    untrained = fmt.num(metrics.get("heldout_pair_accuracy_untrained"))
+    return {"run_id": run.run_id, "label": run.label, "n": n, "correct": correct, "accuracy": acc, "low": low,
+            "high": high, "untrained": untrained, "chance_inside": low <= CHANCE <= high}
+
+
+def _uses_reward_model(run: Run) -> bool:
+    """A method trained against the learned reward model (PPO with reward: model)."""
+    source = (run.result.get("settings") or {}).get("reward_source")
+    if isinstance(source, str):
+        return source == "model"
+    return run.result.get("method") == "ppo" or "reward" in ((run.result.get("memory") or {}).get("networks") or {})
+
+
+def reward_model_warnings(suite: Suite) -> list[str]:
+    """One warning per method label trained against a reward model whose held-out interval contains 50%
+    (shown beside PPO (reward model) in the results)."""
+    check = reward_model_check(suite)
+    if check is None or not check["chance_inside"]:
+        return []
+    labels = list(dict.fromkeys(r.label for r in suite.methods if _uses_reward_model(r)))
+    return [f"{label}: its reward model ranked held-out pairs {fmt.pct(check['accuracy'])} right "
+            f"[{100 * check['low']:.1f}, {100 * check['high']:.1f}] (n = {check['n']:,}), an interval that "
+            f"contains 50% (chance): its reward signal is not distinguishable from a coin, so read its accuracy "
+            f"as what a noisy reward does, not as what PPO can do." for label in labels]
+
+
+def reward_model_table(suite: Suite) -> fmt.Table:
+    """The reward model's held-out pair accuracy with n and a 95% Wilson interval; a warning when it contains 50%."""
+    check = reward_model_check(suite)
+    if check is None:
+        return fmt.Table([], [])
+    row = [check["label"], fmt.int_text(check["n"]),
+           f"{fmt.pct(check['accuracy'])} [{100 * check['low']:.1f}, {100 * check['high']:.1f}]",
+           fmt.pct(check["untrained"]), "yes" if check["chance_inside"] else "no"]
+    notes = ["Held-out pairs: (chosen, rejected) pairs from the sample pool kept out of the reward model's training; "
+             "right = the chosen completion scored higher. Interval: 95% Wilson over the n pairs. Before training: "
+             "the same pairs scored by the untrained reward head."]
+    return fmt.Table(["stage", "held-out pairs", "pair accuracy [95% CI]", "before training",
+                      "interval contains 50% (chance)"], [row], notes, reward_model_warnings(suite))
+
+
+CONTROL_METHOD = "control"
+"""The control arm: the online loop with learning rate 0; greedy accuracy after must equal before exactly."""
+
+
+def control_checks(suite: Suite) -> list[dict[str, Any]]:
+    """For every ``control`` run: does accuracy after equal accuracy before exactly, in every mode?
+
+    Per question when both the run's and the start's per-question files exist (a question differs when its
+    verdict differs in any mode); else from the recorded correct counts per mode. ``passed`` is None when
+    neither can be compared (the run failed or recorded no accuracy).
+    """
+    names = fmt.display_names(suite.methods)
+    out = []
+    for run in suite.methods:
+        if run.result.get("method") != CONTROL_METHOD:
+            continue
+        check: dict[str, Any] = {"run_id": run.run_id, "name": names[run.run_id], "seed": run.result.get("seed"),
+                                 "passed": None, "differing": None, "basis": None, "modes": []}
+        start = _start_run(suite, run.result.get("seed"))
+        if run.status == "ok" and run.verdicts and start is not None:
+            after, before = _keyed_rows(run), _keyed_rows(start)
+            common = set(after) & set(before)
+            modes = [m for m in fmt.MODES if any(fmt.verdict(r, m) is not None for r in after.values())]
+            differing = sum(1 for k in common if any(fmt.verdict(after[k], m) != fmt.verdict(before[k], m)
+                                                     for m in modes))
+            missing = len(set(after) ^ set(before))
+            check.update(differing=differing + missing, basis=f"{len(common):,} questions", modes=modes,
+                         passed=differing + missing == 0)
+        elif run.status == "ok":
+            modes = [m for m in fmt.MODES if fmt.score(run, "after", m) and fmt.score(run, "before", m)]
+            if modes:
+                same = all((fmt.score(run, "after", m)["correct"], fmt.score(run, "after", m)["total"])
+                           == (fmt.score(run, "before", m)["correct"], fmt.score(run, "before", m)["total"])
+                           for m in modes)
+                check.update(passed=same, basis="correct counts (no per-question files)", modes=modes)
+        out.append(check)
+    return out
+
+
+def _keyed_rows(run: Run) -> dict[Any, dict[str, Any]]:
+    rows = run.verdicts or []
+    by_id = bool(rows) and all(isinstance(r.get("id"), str) and r["id"] for r in rows)
+    return {(r["id"] if by_id else int(r["index"])): r for r in rows}
+
+
+def control_table(suite: Suite) -> fmt.Table:
+    """The control arm's pipeline check: 'accuracy after equals before exactly: yes/no (n differing questions)'.
+
+    A failure is a warning naming a pipeline problem: with learning rate 0 and greedy decoding nothing may move.
+    """
+    checks = control_checks(suite)
+    if not checks:
+        return fmt.Table([], [])
+    rows, warnings = [], []
+    for c in checks:
+        if c["passed"] is None:
+            result = "not checked (no accuracy recorded)"
+        elif c["differing"] is None:
+            result = "yes" if c["passed"] else "no"
+        else:
+            result = f"{'yes' if c['passed'] else 'no'} ({c['differing']:,} differing questions)"
+        rows.append([c["name"], _seed_text(c["seed"]), result, c["basis"] or fmt.MISSING,
+                     ", ".join(c["modes"]) or fmt.MISSING])
+        if c["passed"] is False:
+            warnings.append(f"Pipeline problem: {c['name']} trained with learning rate 0 yet its accuracy after "
+                            f"differs from before ({c['differing'] if c['differing'] is not None else 'some'} "
+                            f"question(s)); something other than training changes the model or the evaluation "
+                            f"(weights, decoding, data order or scoring), so every method's gain is suspect.")
+    notes = ["Control (lr 0): the online training loop with learning rate 0 (same sampling, steps and evaluation). "
+             "Under greedy decoding its accuracy after must equal its start's exactly, question by question, in "
+             "every scoring mode; its training-reward curve is the noise floor of the other methods' curves."]
+    return fmt.Table(["run", "seed", "accuracy after equals before exactly", "compared on", "modes"],
+                     rows, notes, warnings)
 
 
 def memory_sources(suite: Suite) -> list[str]:
@@ -188,16 +457,33 @@ INTROS = {
     "lengths": "The max_length each TRL stage or method trained with (tokens) and what it cost in data.",
     "generation": "Decoding settings, once for the suite: one column per distinct sampling configuration "
                   "(matched methods share one), then the greedy evaluation.",
+    "per_seed": "Each seed's accuracy after training, per method, with the mean and standard deviation over seeds.",
+    "seed_tests": "Methods compared at the seed level (paired t-test over seeds), beside the per-question tests.",
+    "start_tests": "Every method against the checkpoint it started from, on the same questions (McNemar, Holm).",
+    "reward_model": "How well the learned reward model ranks held-out pairs: the signal PPO (reward model) trains on.",
+    "control": "The control arm (learning rate 0): a check on the pipeline itself.",
+    "anchors": "Published numbers for this model, measured elsewhere under other conditions (external).",
 }
 """One line under each section title, shared by summary.md and index.html."""
 
 
 def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
-    """The tables built outside this module, by section key (see :data:`INTROS`); empty ones included."""
+    """Every detail table by section key (see :data:`INTROS`); empty ones included (a page leaves them out).
+
+    The statistics tables of issue 9 follow the original five: per-seed values, the seed-level t-tests, each
+    method against its start, the reward model's held-out accuracy, the control arm's check and the published
+    anchors. The between-method McNemar table is :func:`paired_tests_table` (placed by the page beside these).
+    """
     return {
         "seeds": seeds.across_seeds(suite),
         "networks": networks.network_table(suite),
         "throughput": throughput.throughput_table(suite),
         "lengths": settings.length_table(suite),
         "generation": settings.generation_table(suite),
+        "per_seed": seeds.per_seed_table(suite),
+        "seed_tests": seeds.seed_tests_table(suite),
+        "start_tests": start_tests_table(suite),
+        "reward_model": reward_model_table(suite),
+        "control": control_table(suite),
+        "anchors": anchors.anchor_table(suite),
     }
