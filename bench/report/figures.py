@@ -5,6 +5,11 @@ No ``pyplot`` and no ``matplotlib.use``: figures are built as ``Figure`` objects
 global registry (a notebook that calls ``build_report`` keeps its own plotting state).
 
 Every builder returns None when there is nothing to draw, so the page simply leaves that figure out.
+
+Print quality: 200 dpi PNG; one colour per method in every figure (:func:`method_colors`, the Okabe–Ito palette,
+which stays distinguishable with the common colour-vision deficiencies; the lr-0 control is grey); units in
+every axis label. Where a figure's marks are phases rather than methods (time per phase), the phases take a
+separate sequential palette and each method's tick label keeps the method's colour.
 Memory readings are charted one source per chart: cpu-rss, cuda-allocated and nvml numbers measure
 different things and a shared axis would invite a false comparison.
 """
@@ -24,7 +29,7 @@ from matplotlib.ticker import MaxNLocator
 from bench.report import fmt
 from bench.report import phases as phase_times
 from bench.report.load import Run, Suite
-from bench.results import PHASES
+from bench.results import METRIC_NAMES, PHASES
 
 NETWORKS = ("actor", "critic", "reward", "reference")
 COMPONENTS = (("weight_bytes", "weights", ""), ("grad_bytes", "gradients", "//"), ("optimizer_bytes", "optimizer", ".."))
@@ -34,7 +39,44 @@ CURVE_LABELS = {
     "format_reward": "format reward", "completion_length": "completion length (tokens)",
     "zero_std_groups": "share of zero-std groups",
 }
-DPI = 110
+DPI = 200
+"""Print quality (the issue asks for >= 200 dpi); figures stay about 1,400-2,400 px wide."""
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
+"""Okabe & Ito's colour-blind-safe palette (blue, orange, green, purple, vermillion, sky blue, yellow, black)."""
+CONTROL_COLOR = "#888888"
+CONTROL_METHOD = "control"
+NOISE_FLOOR = "noise floor (lr 0)"
+PHASE_COLORS = ("#08306b", "#2171b5", "#6baed6", "#9ecae1", "#fdae6b", "#e6550d", "#a63603", "#cccccc")
+"""Phases (not methods) in a sequential blue-to-orange ramp, so they never read as a method's colour."""
+
+
+def method_colors(suite: Suite) -> dict[str, str]:
+    """Label -> colour, in the suite's method order: the same method has the same colour in every figure."""
+    colors: dict[str, str] = {}
+    palette = iter(OKABE_ITO)
+    for run in suite.methods:
+        if run.label in colors:
+            continue
+        colors[run.label] = CONTROL_COLOR if run.result.get("method") == CONTROL_METHOD else next(palette, "#777777")
+    return colors
+
+
+def _colors_of(runs: list[Run]) -> dict[str, str]:
+    """:func:`method_colors` for a bare list of runs (callers without the suite)."""
+    return method_colors(Suite(Path("."), "", "", None, {}, runs=list(runs)))
+
+
+def _color_ticks(ax: Any, runs: list[Run], colors: dict[str, str], axis: str = "x") -> None:
+    labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    for label, run in zip(labels, runs):
+        label.set_color(colors.get(run.label, "#222222"))
+
+
+def _axis_label(metric: str) -> str:
+    """'mean reward (reward units ...)': the curve's name with its unit from bench.results.METRIC_NAMES."""
+    unit = METRIC_NAMES[metric].unit.split(" (")[0] if metric in METRIC_NAMES else ""  # the unit, not its gloss
+    name = CURVE_LABELS.get(metric, metric)
+    return f"{name} ({unit})" if unit and unit not in name else name
 
 
 @dataclass
@@ -67,24 +109,27 @@ def accuracy_figure(suite: Suite, out_dir: Path, mode: str = "strict") -> Figure
     if not runs:
         return None
     names = fmt.display_names(suite.methods)
+    colors = method_colors(suite)
     fig, axes = _new(max(6.5, 1.2 * len(runs) + 3), 4.2)
     ax = axes[0][0]
     width = 0.38
-    for offset, when, color in ((-width / 2, "before", "#9aa7b8"), (width / 2, "after", "#2f6db5")):
-        xs, heights, err_lo, err_hi = [], [], [], []
+    for offset, when, alpha in ((-width / 2, "before", 0.35), (width / 2, "after", 1.0)):
+        xs, heights, err_lo, err_hi, color = [], [], [], [], []
         for i, run in enumerate(runs):
             s = fmt.score(run, when, mode)
             if s is None:
                 continue
             xs.append(i + offset)
+            color.append(colors[run.label])
             heights.append(100 * s["accuracy"])
             # max(0, ...): at 0% or 100% the interval bound differs from the rate by float rounding only
             err_lo.append(max(0.0, 100 * (s["accuracy"] - s["low"])) if s["low"] is not None else 0.0)
             err_hi.append(max(0.0, 100 * (s["high"] - s["accuracy"])) if s["high"] is not None else 0.0)
         if xs:
-            ax.bar(xs, heights, width, color=color, label=when,
-                   yerr=[err_lo, err_hi], capsize=3, error_kw={"elinewidth": 1})
+            ax.bar(xs, heights, width, color=color, alpha=alpha, edgecolor=color, label=f"{when} training",
+                   yerr=[err_lo, err_hi], capsize=3, error_kw={"elinewidth": 1, "alpha": 1.0})
     ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
+    _color_ticks(ax, runs, colors)
     ax.set_ylabel(f"accuracy ({mode}, %)")
     ax.set_ylim(0, 100)
     for i, run in enumerate(runs):
@@ -93,7 +138,9 @@ def accuracy_figure(suite: Suite, out_dir: Path, mode: str = "strict") -> Figure
             ax.text(i + width / 2, 1, fmt.status_text(run) if run.status != "ok" else "not evaluated",
                     rotation=90, ha="center", va="bottom", fontsize=8, color="#a33")
     ax.set_title(f"Accuracy before / after ({mode}), 95% Wilson intervals")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    handles = [Patch(facecolor="#777777", alpha=0.35, label="before (light)"),
+               Patch(facecolor="#777777", label="after (solid)")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     name = _save(fig, out_dir, f"accuracy_{mode}.png")
     return FigureInfo(name, f"Held-out accuracy ({mode} extraction) before and after training, 95% Wilson intervals.")
@@ -123,40 +170,43 @@ def _static(run: Run) -> dict[str, dict[str, float]]:
     return out
 
 
-def _draw_static(ax: Any, runs: list[Run], names: dict[str, str]) -> bool:
-    """Stacked weights / gradients / optimizer bytes per network and run. False when nothing to draw."""
+def _draw_static(ax: Any, runs: list[Run], names: dict[str, str], colors: dict[str, str] | None = None) -> bool:
+    """Stacked weights / gradients / optimizer bytes per network and run, in the method's colour; networks are
+    separated by a white edge and named inside their segment, components by hatch. False when nothing to draw."""
+    colors = colors or _colors_of(runs)
     data = {r.run_id: _static(r) for r in runs}
     total_max = max((sum(sum(c.values()) for c in nets.values()) for nets in data.values()), default=0.0)
     if total_max <= 0:
         return False
     unit, scale = fmt.byte_unit(total_max)
-    palette = {"actor": "#2f6db5", "critic": "#d9822b", "reward": "#3a9a5b", "reference": "#8e6bbf"}
-    extra_colors = iter(["#b5452f", "#6b7f8e", "#c2a12f"])
-    nets_seen: list[str] = []
     for i, run in enumerate(runs):
         bottom = 0.0
         for net, comps in data[run.run_id].items():
-            if net not in palette:
-                palette[net] = next(extra_colors, "#777777")
-            if net not in nets_seen:
-                nets_seen.append(net)
+            start = bottom
             for key, _, hatch in COMPONENTS:
                 value = comps[key] / scale
                 if value > 0:
-                    ax.bar(i, value, 0.6, bottom=bottom, color=palette[net], hatch=hatch, edgecolor="white")
+                    ax.bar(i, value, 0.6, bottom=bottom, color=colors[run.label], hatch=hatch, edgecolor="white",
+                           linewidth=1.2)
                     bottom += value
+            if bottom - start > 0.06 * total_max / scale:  # tall enough to hold its name legibly
+                ax.text(i, (start + bottom) / 2, net, ha="center", va="center", fontsize=7, color="white",
+                        fontweight="bold", bbox={"facecolor": "#00000055", "edgecolor": "none", "pad": 1})
     ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
+    _color_ticks(ax, runs, colors)
     ax.set_ylabel(f"static memory (accounting, {unit})")
     ax.set_title("Static: weights + gradients + optimizer per network")
-    handles = [Patch(color=palette[n], label=n) for n in nets_seen]
-    handles += [Patch(facecolor="#cccccc", hatch=h, edgecolor="white", label=lbl) for _, lbl, h in COMPONENTS]
+    handles = [Patch(facecolor="#999999", hatch=h, edgecolor="white", label=lbl) for _, lbl, h in COMPONENTS]
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     return True
 
 
-def _draw_measured(ax: Any, runs: list[Run], names: dict[str, str], source: str) -> bool:
-    """Grouped bars: peak per phase and whole-run peak for one source. Unmeasured readings are labelled."""
+def _draw_measured(ax: Any, runs: list[Run], names: dict[str, str], source: str,
+                   colors: dict[str, str] | None = None) -> bool:
+    """Peak per phase and whole-run peak for one source: one group per phase, one bar per run in its method's
+    colour (readable with five or more methods). Unmeasured readings are labelled, never drawn as zero."""
+    colors = colors or _colors_of(runs)
     data = {r.run_id: _measured(r, source) for r in runs}
     found = {p for d in data.values() for p in d}
     # Suite phase order, then any other phase, then the whole-run peak last, whichever run recorded them first.
@@ -166,12 +216,11 @@ def _draw_measured(ax: Any, runs: list[Run], names: dict[str, str], source: str)
     if not values:
         return False
     unit, scale = fmt.byte_unit(max(values))
-    width = 0.8 / max(1, len(phases))
-    colors = ["#2f6db5", "#d9822b", "#3a9a5b", "#8e6bbf", "#b5452f", "#6b7f8e", "#c2a12f", "#444444"]
-    for j, phase in enumerate(phases):
+    width = 0.8 / max(1, len(runs))
+    for i, run in enumerate(runs):
         xs, hs = [], []
-        for i, run in enumerate(runs):
-            x = i - 0.4 + width * (j + 0.5)
+        for j, phase in enumerate(phases):
+            x = j - 0.4 + width * (i + 0.5)
             if phase not in data[run.run_id]:
                 continue
             v = data[run.run_id][phase]
@@ -181,8 +230,9 @@ def _draw_measured(ax: Any, runs: list[Run], names: dict[str, str], source: str)
                 continue
             xs.append(x)
             hs.append(v / scale)
-        ax.bar(xs, hs, width, color=colors[j % len(colors)], label=phase)
-    ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
+        ax.bar(xs, hs, width, color=colors[run.label], label=names[run.run_id])
+    ax.set_xticks(range(len(phases)), phases)
+    ax.set_xlabel("phase")
     ax.set_ylabel(f"peak memory ({source}, {unit})")
     ax.set_title(f"Measured peak per phase ({source})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -205,6 +255,7 @@ def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     """One chart per measured memory source (static accounting beside it), plus a static-only chart for runs
     that have network accounting but no measured reading."""
     names = fmt.display_names(suite.methods)
+    colors = method_colors(suite)
     runs = [r for r in suite.methods if r.result.get("memory")]
     sources: dict[str, list[Run]] = {}
     for run in runs:
@@ -215,10 +266,10 @@ def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
         has_static = any(_static(r) for r in members)
         fig, axes = _new(max(11.0, 2.2 * len(members) + 6) if has_static else max(6.0, 1.3 * len(members) + 3),
                          4.5, ncols=2 if has_static else 1)
-        drawn_static = _draw_static(axes[0][0], members, names) if has_static else False
+        drawn_static = _draw_static(axes[0][0], members, names, colors) if has_static else False
         if has_static and not drawn_static:
             axes[0][0].set_visible(False)
-        if not _draw_measured(axes[0][-1], members, names, source):
+        if not _draw_measured(axes[0][-1], members, names, source, colors):
             continue  # every reading of this source was null: nothing honest to draw
         fig.suptitle(f"Peak memory per method — measured source: {source}")
         name = _save(fig, out_dir, f"memory_{_slug(source)}.png")
@@ -228,7 +279,7 @@ def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     static_only = [r for r in runs if not _run_sources(r) and _static(r)]
     if static_only:
         fig, axes = _new(max(5.0, 1.3 * len(static_only) + 2), 4.5)
-        if _draw_static(axes[0][0], static_only, names):
+        if _draw_static(axes[0][0], static_only, names, colors):
             name = _save(fig, out_dir, "memory_static.png")
             out.append(FigureInfo(name, "Static memory accounting for runs without a measured reading."))
     return out
@@ -244,20 +295,22 @@ def _run_sources(run: Run) -> list[str]:
 def throughput_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     """Completions/s and generated tokens/s per method run, side by side (different units, different axes)."""
     names = fmt.display_names(suite.methods)
-    panels = [("completions_per_s", "completions / s"), ("tokens_per_s", "generated tokens / s")]
+    panels = [("completions_per_s", "completions / s (1/s)"), ("tokens_per_s", "generated tokens / s (tokens/s)")]
     runs = [r for r in suite.methods if any(fmt.throughput(r, k) is not None for k, _ in panels)]
     if not runs:
         return None
+    colors = method_colors(suite)
     fig, axes = _new(max(8.0, 2.0 * len(runs) + 3), 4.0, ncols=2)
     for ax, (key, label) in zip(axes[0], panels):
         xs = [i for i, r in enumerate(runs) if fmt.throughput(r, key) is not None]
-        ax.bar(xs, [fmt.throughput(runs[i], key) for i in xs], 0.6, color="#2f6db5")
+        ax.bar(xs, [fmt.throughput(runs[i], key) for i in xs], 0.6, color=[colors[runs[i].label] for i in xs])
         for i, r in enumerate(runs):
             if fmt.throughput(r, key) is None:
                 ax.text(i, 0, "not measured", rotation=90, ha="center", va="bottom", fontsize=7, color="#a33")
         ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
+        _color_ticks(ax, runs, colors)
         ax.set_ylabel(label)
-        ax.set_title(f"{label} (per training second)")
+        ax.set_title(f"{label.split(' (')[0]} (per training second)")
         ax.grid(axis="y", alpha=0.3)
     name = _save(fig, out_dir, "throughput.png")
     return FigureInfo(name, "Generation throughput during training: completions and generated tokens per second.")
@@ -276,7 +329,7 @@ def phases_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     runs = [r for r in suite.methods if r.run_id in data]
     order = list(PHASES) + sorted({p for d in data.values() for p in d} - set(PHASES))
     order = [p for p in order if any(p in d for d in data.values())]
-    colors = ["#2f6db5", "#3a9a5b", "#8e6bbf", "#d9822b", "#b5452f", "#6b7f8e", "#c2a12f", "#444444"]
+    colors = PHASE_COLORS
     fig, axes = _new(8.0, max(2.5, 0.55 * len(runs) + 1.5))
     ax = axes[0][0]
     for j, phase in enumerate(order):
@@ -284,6 +337,7 @@ def phases_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
         widths = [data[r.run_id].get(phase, 0.0) for r in runs]
         ax.barh(range(len(runs)), widths, 0.6, left=lefts, color=colors[j % len(colors)], label=phase)
     ax.set_yticks(range(len(runs)), [names[r.run_id] for r in runs])
+    _color_ticks(ax, runs, method_colors(suite), axis="y")
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
     ax.set_title("Where the time goes: seconds per phase")
@@ -303,18 +357,24 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
         return None
     ncols = 2 if len(present) > 1 else 1
     nrows = (len(present) + ncols - 1) // ncols
+    colors = method_colors(suite)
     fig, axes = _new(5.0 * ncols + 1, 3.3 * nrows, ncols=ncols, nrows=nrows)
     flat = [ax for row in axes for ax in row]
     for ax, metric in zip(flat, present):
         for run in runs:
             pts = [(p.get("step"), p.get(metric)) for p in run.result["curves"] if isinstance(p, dict)]
             pts = sorted((fmt.num(s), fmt.num(v)) for s, v in pts if fmt.num(s) is not None and fmt.num(v) is not None)
-            if pts:
-                ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 else None,
-                        label=names[run.run_id])
-        ax.set_xlabel("optimizer step")
+            if not pts:
+                continue
+            control = run.result.get("method") == CONTROL_METHOD
+            # The lr-0 control's reward wanders by chance alone: drawn as the noise floor the others must clear.
+            label = NOISE_FLOOR if control and metric == "reward" else names[run.run_id]
+            ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 and not control else None,
+                    color=colors[run.label], linestyle="--" if control else "-", linewidth=2.0 if control else 1.5,
+                    label=label, zorder=1 if control else 2)
+        ax.set_xlabel("optimizer step (count)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 1.5 ticks
-        ax.set_ylabel(CURVE_LABELS.get(metric, metric))
+        ax.set_ylabel(_axis_label(metric), fontsize=8)
         ax.set_title(metric)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
