@@ -209,3 +209,24 @@ def test_gsm8k_files_and_a_local_model_folder_run_through_the_suite(tmp_path: Pa
     assert grpo["spec"]["task"]["path"] == str(data)
     questions = {json.loads(line)["question"] for line in open(data / "test.jsonl")}
     assert all(sample["question"] in questions for sample in grpo["samples"])
+
+
+def test_report_statistics_from_the_real_files(suite: Path) -> None:
+    """Issue 9 on real result files: every method against the warm start, the reward model's interval, the modes."""
+    from bench.report.load import load_suite, results_frame
+    from bench.report.tables import control_checks, reward_model_check, start_tests
+
+    loaded = load_suite(suite)
+    assert not [p for p in loaded.problems if "malformed" in p]  # every ok result passes the schema check
+    tests = {t["run_id"]: t for t in start_tests(loaded)}
+    methods = [r.run_id for r in loaded.methods if r.status == "ok"]
+    assert sorted(tests) == sorted(methods)  # each method paired with the warm start's own verdicts
+    n = result(suite, "warm_start")["accuracy"]["n_questions"]
+    assert all(t["n"] == n and 0 <= t["p_value"] <= t["p_holm"] <= 1 for t in tests.values())
+    check = reward_model_check(loaded)
+    assert check is not None and check["n"] > 0 and check["low"] <= check["accuracy"] <= check["high"]
+    frame = results_frame(loaded)
+    assert set(frame["headline_mode"]) == {loaded.headline_mode}
+    assert frame["accuracy_after_suite_strict"].notna().all()
+    for control in control_checks(loaded):  # the control arm, when the preset runs it: lr 0 moves nothing
+        assert control["passed"] is True, control

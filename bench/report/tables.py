@@ -429,8 +429,16 @@ SOURCE_NOTES = {
 def notes(suite: Suite) -> list[str]:
     """Plain-language notes on how every number was obtained, for the page and the Markdown."""
     out = [
-        "Accuracy: greedy decoding on the held-out split; *strict* needs the answer in the expected format "
-        "(answer tags or `####`), *flexible* takes the last number. Brackets are 95% Wilson intervals.",
+        f"Accuracy: greedy decoding on the held-out split; headline numbers (results.csv's accuracy_before / "
+        f"accuracy_after, the across-seeds and statistics tables) use the mode `{suite.headline_mode}`"
+        + (" (chosen in report_settings.json)" if suite.headline_mode != fmt.HEADLINE_MODE else "")
+        + ". Brackets are 95% Wilson intervals over the questions.",
+        "Scoring modes: " + "; ".join(f"`{m}`: {fmt.MODE_DESCRIPTIONS.get(m, 'no description')}" for m in fmt.MODES)
+        + ". Results written before the modes were renamed stored suite-strict as 'strict' and suite-flexible as "
+          "'flexible'; the report reads them under the new names.",
+        "Significance: each family of tests (between methods per seed, each method against its start, methods "
+        "over seeds) is Holm-adjusted on its own; a difference is called significant when its adjusted p is below "
+        f"{ALPHA}.",
         "Throughput: completions/s and tokens/s are generated completions and tokens per second of training time "
         "(train_s); the timing basis, set-up and wall time are under 'Throughput and time'.",
         "Trained weights changed: the share of trainable elements (requires_grad; LoRA: the adapters) whose "
