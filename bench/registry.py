@@ -55,6 +55,7 @@ METHODS: dict[str, Entry] = {
     "ppo": Entry("baselines.ppo", label="PPO (reward model)", defaults={"reward": "model"}),
     "ppo_verifier": Entry("baselines.ppo", label="PPO (verifier reward)", defaults={"reward": "verifier"}),
     "dpo": Entry("baselines.dpo"),
+    "control": Entry("baselines.control"),  # off by default (methods.control.enabled=true)
 }
 """Contestants in report order."""
 
