@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -335,8 +336,13 @@ def check_suite_dir(spec: Spec, suite_dir: Path, resume: bool) -> None:
                         f"or choose another --out")
 
 
-def prepare_suite_dir(spec: Spec, suite_dir: Path, runs: list[PlannedRun], resume: bool) -> None:
-    """Create the folder and suite.json; on --resume, refuse a folder made with a different spec."""
+def prepare_suite_dir(spec: Spec, suite_dir: Path, runs: list[PlannedRun], resume: bool,
+                      resume_command: str | None = None) -> None:
+    """Create the folder and suite.json; on --resume, refuse a folder made with a different spec.
+
+    suite.json records ``commands``: ``run``, the command line that reproduces the run into a new folder, and
+    ``resume``, the one that continues this folder (the report's citation block shows both).
+    """
     check_suite_dir(spec, suite_dir, resume)
     suite_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(suite_dir / SUITE_FILE, {
@@ -345,7 +351,23 @@ def prepare_suite_dir(spec: Spec, suite_dir: Path, runs: list[PlannedRun], resum
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runs": [r.run_id for r in runs],
         "spec": spec.to_dict(),
+        "commands": run_commands(spec, suite_dir, resume_command),
     })
+
+
+def run_commands(spec: Spec, suite_dir: Path, resume_command: str | None) -> dict[str, str]:
+    """``{"run", "resume"}`` command lines. ``resume_command`` is bench.cli.resume_command's (program, preset,
+    ``--out FOLDER --resume``, overrides); the run command is the same without ``--out FOLDER --resume``."""
+    resume = resume_command or shlex.join(["bench", "run", "--preset", spec.name, "--out", str(suite_dir), "--resume"])
+    words, plain, skip = shlex.split(resume), [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--out":
+            skip = True  # and its folder: a new run writes a new folder
+        elif word != "--resume" and not word.startswith("--out="):
+            plain.append(word)
+    return {"run": shlex.join(plain), "resume": resume}
 
 
 def _changed_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -508,7 +530,7 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
     command = resume_command or f"bench run --preset {spec.name} --out {suite_dir} --resume"
     stopper = Stopper(stream, on_exit_now=lambda: _exit_now(lock, stream, command))
     try:
-        prepare_suite_dir(spec, suite_dir, runs, resume)  # again, now that no other run can write here
+        prepare_suite_dir(spec, suite_dir, runs, resume, resume_command)  # again, now that no other run can write
         stopper.install()
         started = time.monotonic()
         _run_all(spec, suite_dir, runs, resume, repo_dir, stream, stopper)
