@@ -95,6 +95,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from bench.report.compare import compare
+
+    print(compare([Path(f) for f in args.run_dirs], Path(args.out)))
+    return 0
+
+
 def _cmd_score(args: argparse.Namespace) -> int:
     from bench.score import run_score
 
@@ -132,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
                                         "files alone (no torch needed).")
     report.add_argument("run_dir", metavar="RUN_DIR", help="suite folder, e.g. reports/latest")
     report.set_defaults(func=_cmd_report)
+
+    compare = sub.add_parser("compare", help="put two or more suite folders side by side",
+                             description="Write one self-contained page (index.html) and compare.md comparing suite "
+                                         "folders (e.g. two GPUs, two TRL versions): environment differences first, "
+                                         "then every headline number and its difference from the first folder. "
+                                         "No torch needed. A folder that is not a suite folder: one line, exit 2.")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more suite folders")
+    compare.add_argument("--out", required=True, help="folder to write index.html and compare.md into")
+    compare.set_defaults(func=_cmd_compare)
 
     estimate = sub.add_parser("estimate", help="predict a method's GPU memory from the model's shape (no GPU, no torch)",
                               description="Per network weights, gradients and optimizer state under the precision "
