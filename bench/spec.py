@@ -141,7 +141,15 @@ class LoraSpec:
     alpha: int = 32
     """Adapter scaling numerator (>= 1)."""
     dropout: float = 0.05
-    """Adapter dropout, in [0, 1)."""
+    """Adapter dropout, in [0, 1) (TRL's trainers; the suite engine runs every network without dropout, so its
+    first update's ratio is 1, and records 0)."""
+    target_modules: str = "all-linear"
+    """Layers that get adapters: 'all-linear' (every linear layer but the LM head, as TRL's and verl's examples)
+    or a comma-separated list of module names, e.g. 'q_proj,k_proj,v_proj,o_proj'."""
+    critic: bool = True
+    """Suite-engine PPO: the critic is the policy backbone with its own adapters plus a fully trained value head;
+    false: the critic trains every weight, as without LoRA. The reward model stays frozen either way; the
+    reference is the actor's base model with its adapters switched off (no second copy of the weights)."""
 
 
 @dataclass
@@ -661,6 +669,9 @@ SPEC_RULES: dict[str, Rule] = {
     "train.lora.r": COUNT,
     "train.lora.alpha": COUNT,
     "train.lora.dropout": within(0, 1, open_high=True),
+    "train.lora.target_modules": Rule(lambda v: v == "all-linear" or all(m.strip().replace(".", "_").isidentifier()
+                                                                        for m in v.split(",")),
+                                      "must be 'all-linear' or comma-separated module names, e.g. q_proj,v_proj"),
     "reward.accuracy_weight": RATE,
     "reward.format_weight": RATE,
     "reward.length_threshold": at_least(0),
