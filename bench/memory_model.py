@@ -336,13 +336,20 @@ def activation_bytes_per_token_layer(shape: Shape, dtype: str) -> int:
     return norms + projection_inputs + attention + mlp
 
 
-def activation_bytes(shape: Shape, dtype: str, tokens: int, checkpointing: bool) -> int:
-    """Saved activations of one trained network for ``tokens`` tokens in one forward/backward (approximate)."""
+def activation_bytes(shape: Shape, dtype: str, tokens: int, checkpointing: bool, head_tokens: int | None = None) -> int:
+    """Saved activations of one trained network for ``tokens`` tokens in one forward/backward (approximate).
+
+    ``head_tokens``: positions the LM head reads (``logits_to_keep``; default all). The final RMSNorm saves its
+    fp32 input and normalised output for every token; the head's input is a bf16 cast of the kept positions under
+    autocast, and in float32 a view that keeps the whole normalised output alive.
+    """
     per_layer = activation_bytes_per_token_layer(shape, dtype)
-    final_norm = 3 * 4 * shape.hidden                        # fp32 input, normalised output, head input
+    head_tokens = tokens if head_tokens is None else head_tokens
+    head = 4 * shape.hidden * tokens if dtype == "float32" else DTYPE_BYTES[dtype] * shape.hidden * head_tokens
+    final_norm = tokens * 2 * 4 * shape.hidden + head
     if checkpointing:  # each layer's fp32 input kept; one layer rebuilt at a time in the backward pass
-        return tokens * (shape.layers * 4 * shape.hidden + per_layer + final_norm)
-    return tokens * (shape.layers * per_layer + final_norm)
+        return tokens * (shape.layers * 4 * shape.hidden + per_layer) + final_norm
+    return tokens * shape.layers * per_layer + final_norm
 
 
 def forward_working_bytes(shape: Shape, dtype: str, tokens: int) -> int:
@@ -379,6 +386,21 @@ def kv_cache_bytes(shape: Shape, dtype: str, sequences: int, tokens: int) -> int
     return 2 * shape.layers * shape.kv_width * DTYPE_BYTES[dtype] * sequences * tokens
 
 
+def _logit_positions(method: str, s: Settings) -> int:
+    """Positions per sequence whose logits are scored: whole sequences in DPO, T + 1 online (logits_to_keep)."""
+    return s.prompt_tokens + s.completion_tokens if method == "dpo" else s.completion_tokens + 1
+
+
+def update_activations(shape: Shape, method: str, s: Settings, roles: tuple[str, ...], sequences: int,
+                       checkpointing: bool) -> int:
+    """Saved activations of every trained network for one micro-batch of ``sequences`` (their heads read the
+    scored positions: the actor's LM head and the critic's value head)."""
+    compute = "float32" if s.dtype == "float32" else "bfloat16"
+    tokens = sequences * (s.prompt_tokens + s.completion_tokens)
+    head = sequences * _logit_positions(method, s)
+    return sum(activation_bytes(shape, compute, tokens, checkpointing, head) for r in roles if r in TRAINED_ROLES)
+
+
 def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory],
             share: int = 1, sharded: int = 1) -> dict[str, dict[str, int]]:
     """Bytes each phase adds on top of the static total; ``share``: GPUs the rollout is split over; ``sharded``:
@@ -388,10 +410,8 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
     seq_len = s.prompt_tokens + s.completion_tokens
     copies = {role: math.ceil(n.working_copy_bytes / sharded) for role, n in nets.items()}
     phases: dict[str, dict[str, int]] = {}
-    if method == "dpo":
-        logit_positions = seq_len  # TRL's DPO scores the whole chosen and rejected sequences
-    else:
-        logit_positions = s.completion_tokens + 1  # logits_to_keep = T + 1
+    logit_positions = _logit_positions(method, s)
+    if method != "dpo":
         rollout = max(1, math.ceil(s.prompts_per_step * s.group_size / share))
         gen = {"kv_cache": kv_cache_bytes(shape, compute, rollout, seq_len),
                "sampling_logits": 3 * 4 * shape.vocab * rollout,
@@ -407,8 +427,7 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
     if "critic" in nets:
         phases["critic"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len),
                             "critic_working_copy": copies["critic"]}
-    update = {"activations": sum(activation_bytes(shape, compute, mb * seq_len, s.gradient_checkpointing)
-                                 for role in nets if role in TRAINED_ROLES),
+    update = {"activations": update_activations(shape, method, s, tuple(nets), mb, s.gradient_checkpointing),
               "logits": logit_bytes(shape, compute, mb, logit_positions, method, backward=True),
               "working_copies": sum(copies.values())}
     phases["update"] = update
@@ -439,11 +458,9 @@ def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | Non
     static = sum(n.static_bytes for n in nets.values())
     phases = _phases(sh, method, s, nets)
     peak, peak_phase = _peak(static, phases)
-    compute = "float32" if s.dtype == "float32" else "bfloat16"
-    tokens = s.micro_sequences(method) * (s.prompt_tokens + s.completion_tokens)
-    trained = sum(role in TRAINED_ROLES for role in roles)
-    acts = {"checkpointing": trained * activation_bytes(sh, compute, tokens, True),
-            "no_checkpointing": trained * activation_bytes(sh, compute, tokens, False)}
+    mb = s.micro_sequences(method)
+    acts = {"checkpointing": update_activations(sh, method, s, roles, mb, True),
+            "no_checkpointing": update_activations(sh, method, s, roles, mb, False)}
     kv = phases.get("generation", {}).get("kv_cache", 0)
     notes = ["static terms exact; per-phase terms approximate (no allocator cache, CUDA context or fragmentation)"]
     if s.lora_rank and "critic" in nets:
