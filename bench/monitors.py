@@ -38,7 +38,8 @@ compared step to step):
   <= 1e-8), which give every completion a zero advantage and so no learning signal.
 
 :data:`THRESHOLDS` declares when a monitor says something went wrong; :func:`flags` turns a crossing into one
-human line, :func:`curve_flags` judges a whole run by the mean of its last fifth of logged points.
+human line, :func:`curve_flags` judges a whole run by the mean of its last fifth of logged points, and
+:func:`run_flags` adds the final evaluation's monitors (:func:`record_monitors` of its completion records).
 """
 
 from __future__ import annotations
@@ -267,3 +268,22 @@ def curve_flags(curves: Sequence[Mapping[str, float]]) -> list[str]:
             means[name] = sum(values) / len(values)
     note = f" (mean of the last {len(window)} of {len(curves)} logged points)"
     return [line + note for line in flags(means)]
+
+
+# ------------------------------------------------------------------------------------ the final evaluation
+def record_monitors(records: Sequence[Mapping[str, Any]],
+                    phrases: Sequence[str] = DEFAULT_REFLECTION_PHRASES) -> dict[str, float]:
+    """:func:`completion_monitors` of the final evaluation's records (``bench.evaluation.completion_record``:
+    ``completion``, ``gold``, ``tokens``, ``hit_max``), so evaluation and training report the same monitors."""
+    return completion_monitors([r["completion"] for r in records], [r["gold"] for r in records],
+                               lengths=[int(r["tokens"]) for r in records],
+                               hit_max=[bool(r["hit_max"]) for r in records], phrases=phrases)
+
+
+def run_flags(curves: Sequence[Mapping[str, float]], evaluation: Mapping[str, float] | None = None) -> list[str]:
+    """Every flag of one run: its training curves (:func:`curve_flags`), then its final evaluation's monitors
+    (:func:`flags`, each line prefixed ``"final evaluation: "``)."""
+    lines = curve_flags(curves)
+    if evaluation:
+        lines += ["final evaluation: " + line for line in flags(evaluation)]
+    return lines

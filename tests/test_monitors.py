@@ -7,8 +7,8 @@ import math
 import pytest
 
 from bench.monitors import (DEFAULT_REFLECTION_PHRASES, MONITOR_NAMES, THRESHOLDS, answer_in_think,
-                            completion_monitors, curve_flags, flags, group_monitors, numbers_in, reflection_count,
-                            repeated_ngram, strict_mode, think_block)
+                            completion_monitors, curve_flags, flags, group_monitors, numbers_in, record_monitors,
+                            reflection_count, repeated_ngram, run_flags, strict_mode, think_block)
 from bench.results import METRIC_NAMES
 
 RIGHT = "<think>3 + 4 = 7</think> <answer>7</answer>"          # right format, right answer, 7 in the think block
@@ -138,3 +138,20 @@ def test_curve_flags_judge_the_last_fifth() -> None:
         "zero_std_groups 90.0% > 80.0%: " + THRESHOLDS["zero_std_groups"][2] + " (mean of the last 1 of 1 logged "
         "points)"]
     assert curve_flags([]) == []
+
+
+def test_record_monitors_read_evaluation_records() -> None:
+    records = [{"completion": RIGHT, "gold": "7", "tokens": 12, "hit_max": False},
+               {"completion": LOOP, "gold": "7", "tokens": 64, "hit_max": True}]
+    got = record_monitors(records)
+    assert got == completion_monitors([RIGHT, LOOP], ["7", "7"], lengths=[12, 64], hit_max=[False, True])
+    assert got["truncated_rate"] == 0.5 and got["completion_length"] == 38.0
+
+
+def test_run_flags_join_training_and_final_evaluation() -> None:
+    curves = [{"step": 1, "repeated_ngram_rate": 0.5}]
+    assert run_flags(curves, {"empty_answer_rate": 0.75}) == [
+        "repeated_ngram_rate 50.0% > 20.0%: " + THRESHOLDS["repeated_ngram_rate"][2]
+        + " (mean of the last 1 of 1 logged points)",
+        "final evaluation: empty_answer_rate 75.0% > 50.0%: " + THRESHOLDS["empty_answer_rate"][2]]
+    assert run_flags([], None) == []

@@ -25,6 +25,9 @@ Interfaces, preferred in this order (each seam names its own, see :data:`INTERFA
   1.16's internals (``unwrap_model_for_generation`` yields ``accelerator.unwrap_model(trainer.model)``;
   ``trl.trainer.utils.use_adapter``), which is what the post-run "never called" check guards.
 
+Beside the timing seams, :func:`with_monitors` (end of this module) carries the training-dynamics monitors of
+``bench.monitors`` out of TRL's GRPO through the ``log_metric`` callable TRL passes to reward functions.
+
 No private TRL attribute is patched (the ``_calculate_rewards`` patch is gone: the suite's reward functions
 time themselves; TRL's own bookkeeping around them falls in the enclosing 'update' phase).
 
