@@ -32,7 +32,8 @@ Two kinds of terms:
     checkpointing (HF wraps each decoder layer) only each layer's input is kept (r x h per token per layer), and
     one layer's full set is rebuilt during the backward pass (Korthikanti's "full recomputation", 2sbhL).
     Transient gradient buffers, allocator fragmentation and the CUDA context are not modelled.
-  * KV cache during generation: 2 (K and V) x layers x kv_heads x head_dim x a bytes per token, for every
+  * KV cache during generation: layers x kv_heads x head_dim x (4 + a) bytes per token (K is float32: RoPE
+    promotes it to the fp32 residual's dtype; V is the projection's a bytes), for every
     sequence of the rollout (prompts_per_step x G, prompt + completion tokens), plus float32 next-token logits
     (logits, processed scores, probabilities: 3 x 4 x V per sequence) and the prefill's working set of one layer.
   * logits per micro-batch (`logit_bytes`): V x tokens x a for the LM head's output, its gradient in the
@@ -382,8 +383,14 @@ def logit_bytes(shape: Shape, dtype: str, sequences: int, positions: int, method
 
 
 def kv_cache_bytes(shape: Shape, dtype: str, sequences: int, tokens: int) -> int:
-    """K and V of every layer for ``sequences`` x ``tokens`` (a bytes each: the projections' compute dtype)."""
-    return 2 * shape.layers * shape.kv_width * DTYPE_BYTES[dtype] * sequences * tokens
+    """K and V of every layer for ``sequences`` x ``tokens`` while the actor generates under ``dtype``.
+
+    V is the v projection's output (a bytes); K passes through RoPE, whose cos/sin tables take the residual
+    stream's dtype, float32 for the fp32-stored actor, so type promotion stores K in float32 even under bf16
+    autocast (measured on the HF cache: tests/test_memory_model.py).
+    """
+    per_token = shape.layers * shape.kv_width * (4 + DTYPE_BYTES[dtype])
+    return per_token * sequences * tokens
 
 
 def _logit_positions(method: str, s: Settings) -> int:

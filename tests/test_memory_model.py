@@ -49,13 +49,13 @@ def test_every_term_of_a_small_ppo_step_matches_hand_arithmetic():
     assert (actor.working_copy_bytes, critic.working_copy_bytes) == (2816, 2304)
 
     gen = p.phases["generation"]
-    # 2 prompts x G 2 = 4 sequences of 3 + 5 tokens: K and V x 2 layers x kv width 4 x 2 B = 32 B per token.
-    assert gen["kv_cache"] == 4 * 8 * 32 == 1024 == p.kv_cache_bytes
+    # 2 prompts x G 2 = 4 sequences of 3 + 5 tokens: 2 layers x kv width 4 x (fp32 K 4 B + bf16 V 2 B) = 48 B.
+    assert gen["kv_cache"] == 4 * 8 * 48 == 1536 == p.kv_cache_bytes
     assert gen["sampling_logits"] == 3 * 4 * 32 * 4  # logits, processed scores, probabilities: fp32, per sequence
     # One layer's no-grad working set per token: 3 x 2 x 16 (MLP) + 2 x (8 + 2 x 4) (q, k, v) + 2 x 4 x 8 = 192 B;
     # the prefill covers 4 x 3 prompt tokens.
     assert gen["prefill_working"] == 12 * 192
-    assert gen["total"] == 1024 + 1536 + 2304 + 2816
+    assert gen["total"] == 1536 + 1536 + 2304 + 2816
 
     # Scoring forwards see one micro-batch: 2 sequences x 8 tokens = 16 tokens.
     assert p.phases["reward"]["total"] == 16 * 192 + 16 * 8 * 2  # + the last hidden state in bf16
@@ -293,3 +293,18 @@ def test_with_checkpointing_the_forward_keeps_only_layer_inputs():
     forward_part = activation_bytes(shape, "bfloat16", 256, True, head_tokens=4) - 256 * activation_bytes_per_token_layer(
         shape, "bfloat16")
     assert abs(forward_part - measured) / measured < 0.05, (forward_part, measured)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype):
+    import torch
+
+    from bench.architectures import scaled_fields
+    from bench.memory_model import kv_cache_bytes
+
+    name, scale = SCALED["llama"]
+    model = build_random_model(architecture_config(name, scale), "float32", seed=0)  # the actor: fp32 storage
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+        cache = model(input_ids=torch.randint(5, 2000, (3, 20)), use_cache=True).past_key_values
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert held == kv_cache_bytes(Shape.from_fields(scaled_fields(name, scale)), dtype, 3, 20)
