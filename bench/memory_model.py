@@ -554,8 +554,10 @@ def settings_from_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB,
 
 
 def shape_fields_from_spec(spec: Any) -> tuple[str, dict[str, Any]]:
-    """(model name, shape fields) of the network a spec trains: a shipped architecture (scaled), the tiny model,
-    or a local folder's config.json. Raises bench.errors.UserError when the shape cannot be known offline."""
+    """(model name, shape fields) of the network a spec trains: a shipped architecture (scaled), the tiny model
+    (its vocabulary is the tokenizer's upper bound, so the embedding may be over-counted), a local folder's
+    config.json, or a hub id whose shapes ship (Qwen/Qwen2.5-0.5B-Instruct -> qwen2.5-0.5b). Raises
+    bench.errors.UserError when the shape cannot be known offline."""
     import json
     from pathlib import Path
 
@@ -575,8 +577,25 @@ def shape_fields_from_spec(spec: Any) -> tuple[str, dict[str, Any]]:
     config = Path(str(m.name_or_path)) / "config.json"
     if config.is_file():
         return str(m.name_or_path), json.loads(config.read_text(encoding="utf-8"))
+    shipped = shipped_architecture_for(str(m.name_or_path))
+    if shipped is not None:
+        from bench.architectures import architecture_fields
+
+        return shipped, architecture_fields(shipped)
     raise UserError(f"the memory model needs the shape of '{m.name_or_path}' offline; use model.source=architecture "
                     f"or a local folder with a config.json")
+
+
+def shipped_architecture_for(hub_id: str) -> str | None:
+    """The shipped architecture whose ``source`` names ``hub_id`` (base or -Instruct: the same shapes), or None."""
+    from bench.architectures import architecture_fields, architecture_names
+
+    wanted = hub_id.strip().lower().removesuffix("-instruct")
+    for name in architecture_names():
+        source = str(architecture_fields(name).get("source", "")).split()[0].lower()
+        if source.removesuffix("-instruct") == wanted:
+            return name
+    return None
 
 
 def predict_for_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB, prompt_tokens: int = 256) -> Prediction:

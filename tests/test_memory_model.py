@@ -150,6 +150,17 @@ def test_predict_for_spec_reads_the_shape_and_settings_of_a_preset():
         "qwen2.5-0.5b", ScaleSpec(num_layers=2, width_divisor=8)))
 
 
+def test_a_hub_preset_is_predicted_from_the_shipped_shape_of_its_model():
+    from bench.memory_model import shipped_architecture_for
+    from bench.spec import load_spec
+
+    assert shipped_architecture_for("Qwen/Qwen2.5-7B-Instruct") == "qwen2.5-7b"
+    assert shipped_architecture_for("meta-llama/Llama-3.1-70B") == "llama-3.1-70b"
+    assert shipped_architecture_for("someone/else") is None
+    p = predict_for_spec(load_spec("gsm8k-qwen0.5b"), "grpo")
+    assert p.model == "qwen2.5-0.5b" and p.settings.prompts_per_step == 16
+
+
 def test_the_module_imports_no_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
             "import bench.memory_model as m, bench.architectures as a\n"
