@@ -41,9 +41,9 @@ Two kinds of terms:
     the suite's engine; TRL's GRPO takes a row-by-row log-softmax in the compute dtype; TRL's DPO a fused,
     tiled LM head). Online methods score only the completion positions (``logits_to_keep``).
 
-The peak is the static total plus the largest phase. Gradients are counted in every phase (the suite's engine
-keeps them from one step to the next; TRL frees them after the optimizer step, so for TRL the generation phase
-is over-predicted by the gradient bytes).
+The peak is the static total plus the largest phase. The suite's engine keeps gradients from one step to the next
+(it zeroes them at the start of the update), so they count in every phase; TRL's Trainer frees them after each
+optimizer step, so for TRL methods every phase but the update carries a negative ``gradients_freed`` term.
 """
 
 from __future__ import annotations
@@ -413,7 +413,8 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
     """Bytes each phase adds on top of the static total; ``share``: GPUs the rollout is split over; ``sharded``:
     GPUs the weights are sharded over (ZeRO-3: each holds 1/N of the bf16 working copies too)."""
     compute = "float32" if s.dtype == "float32" else "bfloat16"
-    mb = max(1, math.ceil(s.micro_sequences(method) / share)) if share > 1 else s.micro_sequences(method)
+    # Each GPU runs micro-batches of the same size on its share of the step (fewer when the share is smaller).
+    mb = min(s.micro_sequences(method), max(1, math.ceil(s.sequences_per_step(method) / share)))
     seq_len = s.prompt_tokens + s.completion_tokens
     copies = {role: math.ceil(n.working_copy_bytes / sharded) for role, n in nets.items()}
     phases: dict[str, dict[str, int]] = {}
@@ -438,6 +439,11 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
               "logits": logit_bytes(shape, compute, mb, logit_positions, method, backward=True),
               "working_copies": sum(copies.values())}
     phases["update"] = update
+    if method not in ENGINE_METHODS:  # TRL's Trainer frees gradients after each optimizer step (set_to_none)
+        grads = sum(n.gradients_bytes for n in nets.values())
+        for name, terms in phases.items():
+            if name != "update" and grads:
+                terms["gradients_freed"] = -math.ceil(grads / sharded)
     for terms in phases.values():
         terms["total"] = sum(terms.values())
     return phases

@@ -88,6 +88,13 @@ def test_methods_keep_their_networks_and_the_reference_goes_with_kl_zero():
         predict(SMALL, "rloo", SMALL_SETTINGS)
 
 
+def test_trl_frees_gradients_outside_the_update_and_the_engine_keeps_them():
+    trl, engine = predict(SMALL, "grpo", SMALL_SETTINGS), predict(SMALL, "grpo_engine", SMALL_SETTINGS)
+    assert trl.phases["generation"]["gradients_freed"] == -1736 * 4  # the actor's fp32 gradients
+    assert "gradients_freed" not in trl.phases["update"]
+    assert all("gradients_freed" not in terms for terms in engine.phases.values())
+
+
 def test_float32_has_no_working_copies_and_stores_the_frozen_networks_in_float32():
     p = predict(SMALL, "ppo", replace(SMALL_SETTINGS, dtype="float32"))
     assert p.networks["reference"].weights_bytes == 1736 * 4
