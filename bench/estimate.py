@@ -202,14 +202,16 @@ def format_prediction(p: Prediction) -> str:
         mark = "  <- peak" if phase == p.peak_phase else ""
         lines.append(f"  {phase:<10} {size(terms['total']):>12}  ({parts}){mark}")
     acts = p.activations_bytes
+    why = ("the static terms alone exceed one GPU" if p.static_bytes > s.gpu_memory_bytes
+           else "the static terms plus one sequence's step exceed one GPU")
     lines += [f"activations per micro-batch (trained networks): {size(acts['checkpointing'])} with gradient "
               f"checkpointing, {size(acts['no_checkpointing'])} without; KV cache {size(p.kv_cache_bytes)}; "
               f"update logits {size(p.logits_bytes)}",
               "",
               f"peak {size(p.peak_bytes)} in {p.peak_phase}; GPU {size(s.gpu_memory_bytes)}: "
               f"{'fits' if p.fits else 'does NOT fit'}",
-              f"largest micro-batch that fits: {p.max_micro_batch or 'none (the static terms alone, or one sequence, exceed it)'}",
-              f"GPUs needed: {p.gpus_data_parallel or 'never (static terms exceed one GPU)'} with plain data "
+              f"largest micro-batch that fits: {p.max_micro_batch or f'none ({why})'}",
+              f"GPUs needed: {p.gpus_data_parallel or f'never ({why})'} with plain data "
               f"parallelism, {p.gpus_zero3 or 'more than 4096'} with ZeRO-3 sharding",
               "static terms exact; the rest approximate (no CUDA context, allocator cache or fragmentation)"]
     return "\n".join(lines)

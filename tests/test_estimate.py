@@ -113,3 +113,10 @@ def test_the_command_answers_fast_without_torch():
     rc, torch_loaded, _ = done.stderr.split()[-3:]
     assert (rc, torch_loaded) == ("0", "False"), done.stderr
     assert wall < 10  # about 0.3 s on an idle core; a loose bound for a shared machine
+
+
+def test_the_table_says_why_nothing_fits(capsys):
+    _, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "grpo", "--gpu-memory", "141GB")
+    assert "none (the static terms plus one sequence's step exceed one GPU)" in out  # 128 GiB static < 131 GiB
+    _, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "grpo", "--gpu-memory", "80GiB")
+    assert "none (the static terms alone exceed one GPU)" in out
