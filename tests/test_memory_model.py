@@ -74,6 +74,8 @@ def test_every_term_of_a_small_ppo_step_matches_hand_arithmetic():
     assert update["activations"] == 2 * per_net
     assert update["logits"] == 32 * (12 * 2 * 2 + 2 * 4 * 6) == p.logits_bytes  # output + its gradient
     assert update["working_copies"] == 2816 + 2304
+    # The foreach AdamW step of the larger optimizer: one fp32 buffer the size of the actor's parameters.
+    assert p.phases["optimizer_step"] == {"adamw_foreach_buffer": 1736 * 4, "total": 6944}
     assert (p.peak_phase, p.peak_bytes) == ("update", 58268 + 28544 + 3072 + 5120)
 
 
@@ -174,7 +176,7 @@ def test_the_module_imports_no_torch():
             "p = m.predict(a.architecture_fields('qwen2.5-7b'), 'ppo'); print(p.peak_phase)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() in {"generation", "reward", "reference", "critic", "update"}
+    assert out.stdout.strip() in {"generation", "reward", "reference", "critic", "update", "optimizer_step"}
 
 
 # ------------------------------------------------------------------------------------------------ exact vs accounting
