@@ -157,19 +157,47 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def failure_phase(telemetry: Any, live: dict[str, Any]) -> Iterator[None]:
-    """On an exception, record in ``live["failure_phase"]`` where the run was: the innermost open phase, else
-    'setup' before training started (models loading), else 'other'. Entered inside ``with telemetry`` so that it
-    reads the phases before the telemetry closes them."""
+    """On an exception, record in ``live["failure_phase"]`` where the run was: the innermost phase open when it was
+    raised, else 'setup' before training started (models loading), else 'other'.
+
+    A ``with telemetry.phase(...)`` block closes its phase while the exception passes through it, so the phase is
+    noted as it closes (the innermost first, with the exception in flight); a phase still open when the exception
+    arrives here (one closed by no ``with``) is read directly. Entered inside ``with telemetry``.
+    """
+    seen: dict[str, Any] = {}
+    original = telemetry.end_phase
+
+    def end_phase(name: str) -> None:
+        exc = sys.exc_info()[1]
+        if exc is not None and seen.get("exc") is not exc:
+            active = telemetry.active_phases()
+            seen.update(exc=exc, phase=active[-1] if active else name)
+        original(name)
+
+    telemetry.end_phase = end_phase
     try:
         yield
-    except BaseException:
+    except BaseException as exc:
         try:
-            active = telemetry.active_phases()
-            started = (telemetry.timing() or {}).get("setup_s") is not None
-            live["failure_phase"] = active[-1] if active else ("other" if started else "setup")
+            live["failure_phase"] = _phase_of(exc, seen, telemetry)
         except Exception:  # noqa: BLE001 - best effort while another failure is on its way out
             pass
         raise
+    finally:
+        telemetry.end_phase = original
+
+
+def _phase_of(exc: BaseException, seen: dict[str, Any], telemetry: Any) -> str:
+    """The phase noted for ``exc`` (or for an exception it was raised from), else the open one, else setup/other."""
+    link: BaseException | None = exc
+    while link is not None:
+        if seen.get("exc") is link:
+            return seen["phase"]
+        link = link.__cause__ or link.__context__
+    active = telemetry.active_phases()
+    if active:
+        return active[-1]
+    return "other" if (telemetry.timing() or {}).get("setup_s") is not None else "setup"
 
 
 def check_own_result(result: dict[str, Any]) -> None:
