@@ -13,12 +13,15 @@ figure has something to show. The numbers are chosen so the tests can name what 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from bench.results import empty_result, result_problems, write_json_atomic
 from bench.stats import wilson_interval
 
+REPO = Path(__file__).resolve().parents[1]
 MIB = 1024**2
 N = 400
 BEFORE = 100
@@ -137,3 +140,25 @@ def write_suite(root: Path, methods: tuple[str, ...] = tuple(METHODS), failed: t
         if res["status"] == "ok":
             _verdicts(run_dir, METHODS[method]["after"])
     return suite
+
+
+BLOCKER = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "trl", "peft", "datasets"):
+            raise ImportError(f"{name} is blocked: the report must build without it")
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+
+def run_without_torch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`bench ARGS` in a subprocess in which importing torch (or transformers, trl, ...) raises."""
+    site = tmp_path / "blocker"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(BLOCKER)
+    code = "import sys; from bench.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {"PYTHONPATH": f"{site}:{REPO}", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "HOME": str(tmp_path)}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=tmp_path)

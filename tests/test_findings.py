@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from report_fixtures import RUN_COMMAND, write_suite
+from report_fixtures import RUN_COMMAND, run_without_torch, write_suite
 
 from bench.report import build_report, load_suite
 from bench.report.claims import NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, claims_table, load_claims
 from bench.report.findings import findings
 
-REPO = Path(__file__).resolve().parents[1]
 SECTION_IDS = ["findings", "claims", "headline", "cite", "results", "paired", "networks", "throughput",
                "phase_share", "phase_memory", "notes", "environment"]
 MD_SECTIONS = ["## Findings", "## Claims check", "## Headline", "## Cite this run", "## Results per method",
@@ -163,28 +160,6 @@ def test_hostile_and_huge_completions_are_escaped_and_capped(tmp_path: Path) -> 
     build_report(huge)
     page = (huge / "index.html").read_text(encoding="utf-8")
     assert len(page) < 300_000 and "x" * 2001 not in page and "more characters" in page
-
-
-BLOCKER = """
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "transformers", "trl", "peft", "datasets"):
-            raise ImportError(f"{name} is blocked: the report must build without it")
-        return None
-sys.meta_path.insert(0, Block())
-"""
-
-
-def run_without_torch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`bench ARGS` in a subprocess in which importing torch (or transformers, trl, ...) raises."""
-    site = tmp_path / "blocker"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(BLOCKER)
-    code = "import sys; from bench.cli import main; sys.exit(main(sys.argv[1:]))"
-    env = {"PYTHONPATH": f"{site}:{REPO}", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "HOME": str(tmp_path)}
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                          timeout=120, cwd=tmp_path)
 
 
 def test_bench_report_runs_where_torch_cannot_be_imported(tmp_path: Path) -> None:
