@@ -620,4 +620,21 @@ def predict_for_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB, p
     prompt length (the spec does not fix it: it comes from the data).
     """
     name, fields = shape_fields_from_spec(spec)
-    return predict(fields, method, settings_from_spec(spec, method, gpu_memory_bytes, prompt_tokens), model=name)
+    like = method if method in METHOD_ROLES else modelled_as(spec, method)
+    prediction = predict(fields, like, settings_from_spec(spec, method, gpu_memory_bytes, prompt_tokens), model=name)
+    if like != method:
+        prediction.method = method
+        prediction.notes.append(f"{method} is modelled as {like} (same engine and resident networks)")
+    return prediction
+
+
+def modelled_as(spec: Any, method: str) -> str:
+    """The known method a registered recipe's run is modelled as, from its declared engine and networks (e.g. the
+    control arm, the engine's GRPO at learning rate 0, is grpo_engine). Imports the recipe (torch): worker use."""
+    from bench.registry import recipe
+
+    module = recipe(method)
+    roles = tuple(module.networks(spec, spec.methods[method]))
+    if "critic" in roles:
+        return "ppo" if "reward" in roles else "ppo_verifier"
+    return "grpo_engine" if module.ENGINE == "suite" else "grpo"

@@ -159,6 +159,17 @@ def test_predict_for_spec_reads_the_shape_and_settings_of_a_preset():
         "qwen2.5-0.5b", ScaleSpec(num_layers=2, width_divisor=8)))
 
 
+def test_a_registered_method_the_model_does_not_name_is_modelled_from_its_recipe():
+    from bench.spec import load_spec
+
+    spec = load_spec("systems-qwen0.5b")
+    if "control" not in spec.methods:
+        pytest.skip("no control arm in this checkout")
+    p = predict_for_spec(spec, "control")
+    assert p.method == "control" and "modelled as grpo_engine" in p.notes[-1]
+    assert p.static_bytes == predict_for_spec(spec, "grpo_engine").static_bytes
+
+
 def test_a_hub_preset_is_predicted_from_the_shipped_shape_of_its_model():
     from bench.memory_model import shipped_architecture_for
     from bench.spec import load_spec
