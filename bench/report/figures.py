@@ -264,17 +264,18 @@ def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     out = []
     for source, members in sources.items():
         has_static = any(_static(r) for r in members)
-        fig, axes = _new(max(11.0, 2.2 * len(members) + 6) if has_static else max(6.0, 1.3 * len(members) + 3),
-                         4.5, ncols=2 if has_static else 1)
+        # Static above measured (not side by side): the page shows the figure at full width, so its text stays
+        # legible at 50% zoom even with five or more methods.
+        fig, axes = _new(max(8.0, 1.1 * len(members) + 4), 8.5 if has_static else 4.5, nrows=2 if has_static else 1)
         drawn_static = _draw_static(axes[0][0], members, names, colors) if has_static else False
         if has_static and not drawn_static:
             axes[0][0].set_visible(False)
-        if not _draw_measured(axes[0][-1], members, names, source, colors):
+        if not _draw_measured(axes[-1][0], members, names, source, colors):
             continue  # every reading of this source was null: nothing honest to draw
         fig.suptitle(f"Peak memory per method — measured source: {source}")
         name = _save(fig, out_dir, f"memory_{_slug(source)}.png")
-        caption = (f"Memory, source {source}: static accounting per network (left) and measured peak per phase "
-                   f"(right, {source} only)." if drawn_static else f"Measured peak memory per phase, source {source}.")
+        caption = (f"Memory, source {source}: static accounting per network (top) and measured peak per phase "
+                   f"(bottom, {source} only)." if drawn_static else f"Measured peak memory per phase, source {source}.")
         out.append(FigureInfo(name, caption + _kind_note(members, source)))
     static_only = [r for r in runs if not _run_sources(r) and _static(r)]
     if static_only:
