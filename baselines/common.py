@@ -86,15 +86,37 @@ def check_micro_batching(total: int, micro_batch_size: int, what: str) -> None:
                         f"choose a divisor")
 
 
-def lora_config(spec: Spec) -> Any:
-    """A peft LoraConfig when train.lora.enabled, else None."""
+def lora_target_modules(spec: Spec) -> str | list[str]:
+    """train.lora.target_modules as peft takes it: 'all-linear', or the list of module names."""
+    text = spec.train.lora.target_modules.strip()
+    return text if text == "all-linear" else [name.strip() for name in text.split(",") if name.strip()]
+
+
+def lora_config(spec: Spec, task_type: str | None = "CAUSAL_LM") -> Any:
+    """A peft LoraConfig when train.lora.enabled, else None. The same block for every method's policy (TRL's
+    trainers take it as ``peft_config``; the engine wraps its actor with :func:`add_lora`); ``task_type`` None
+    for a backbone without an LM head (the engine's critic)."""
     lora = spec.train.lora
     if not lora.enabled:
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules="all-linear",
-                      task_type="CAUSAL_LM")
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=lora_target_modules(spec), task_type=task_type)
+
+
+def add_lora(model: Any, spec: Spec, task_type: str | None = "CAUSAL_LM") -> Any:
+    """``model`` wrapped in a peft PeftModel with train.lora's adapters: the base weights frozen (requires_grad
+    False, no gradient, no optimizer state), only the adapters trained. The base keeps its storage dtype.
+
+    With gradient checkpointing the embeddings' output is made to require grad: the base's embeddings are frozen,
+    and a checkpointed block whose inputs need no gradient would pass none back to the adapters inside it.
+    """
+    from peft import get_peft_model
+
+    if spec.train.gradient_checkpointing:
+        model.enable_input_require_grads()
+    return get_peft_model(model, lora_config(spec, task_type))
 
 
 def load_initial_policy(ctx: RunContext) -> tuple[Any, Any]:

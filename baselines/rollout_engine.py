@@ -25,6 +25,11 @@ RLHF with PPO"; TRL's GRPOTrainer):
   for the whole minibatch (``rl_math.loss_weights``), so gradients do not depend on the micro-batch size.
 - One AdamW per trained network, each clipped at ``train.max_grad_norm`` on its own; the learning-rate schedule
   steps once per rollout step, so warm-up and decay are in ``train.steps`` units for every method.
+- LoRA (``train.lora``, the same block TRL's trainers get): the actor is a peft model whose base weights are
+  frozen and whose adapters are trained; the reference is that same base with the adapters switched off
+  (``AdapterOffReference``: no second copy of the weights, and the accounting reports it as shared); the critic is
+  the policy backbone with its own adapters plus a fully trained value head (``train.lora.critic``, default) or
+  fully trained; the reward model stays frozen. Adapter dropout is off, as all dropout here.
 """
 
 from __future__ import annotations
@@ -79,9 +84,6 @@ def validate_engine(spec: Any, cfg: EngineConfig, key: str) -> None:
     if per_step % cfg.minibatches:
         raise SpecError(f"completions per step ({per_step} = train.prompts_per_step x train.group_size) must divide "
                         f"by '{key}.minibatches' ({cfg.minibatches}); choose a divisor")
-    if spec.train.lora.enabled:
-        raise SpecError(f"'train.lora.enabled' is not supported by the suite engine yet ({key}); set "
-                        f"train.lora.enabled=false or disable it ({key}.enabled=false)")
 
 
 def engine_description(spec: Any, cfg: EngineConfig) -> dict[str, str]:
@@ -141,11 +143,12 @@ def freeze(model: nn.Module) -> nn.Module:
     return model
 
 
-def build_critic(ctx: RunContext, init: str) -> ValueModel:
+def build_critic(ctx: RunContext, init: str, lora: bool = False) -> ValueModel:
     """A trained value model in float32 (fp32 master weights), on its own backbone.
 
     init 'policy': the policy checkpoint's base model (LM head dropped), a fresh head.
     init 'reward_model': the reward model's base model, and its score head copied into the value head.
+    lora: the backbone gets train.lora's adapters and its own weights are frozen; the value head is trained in full.
     """
     from transformers import AutoModel
 
@@ -159,7 +162,36 @@ def build_critic(ctx: RunContext, init: str) -> ValueModel:
         with torch.no_grad():
             critic.head.weight.copy_(reward_model.score.weight.float())
     critic.requires_grad_(True)
+    if lora:
+        from baselines.common import add_lora
+
+        critic.backbone = add_lora(critic.backbone, ctx.spec, task_type=None)  # freezes the backbone only
     return critic.to(ctx.device)
+
+
+class AdapterOffReference(nn.Module):
+    """The reference of a LoRA actor: the actor's own base model with its adapters switched off.
+
+    ``forward(**inputs)`` runs the base under peft's ``disable_adapter()``, in which every LoRA layer computes
+    exactly its frozen base layer: the starting checkpoint's outputs, bit for bit, at the cost of no weights.
+    ``parameters()`` lists the actor's base model (adapters included, though unused), the very tensors the actor
+    holds, so the accounting counts them once under the actor and reports them here as ``shared_params``.
+    ``train()`` / ``eval()`` leave the modules alone: they are the actor's, whose mode the engine sets itself.
+    """
+
+    shares_weights_with = "actor"
+
+    def __init__(self, actor: nn.Module) -> None:
+        super().__init__()
+        self.model = actor.get_base_model()
+        object.__setattr__(self, "_actor", actor)  # not a submodule: its parameters are listed once, via model
+
+    def forward(self, **inputs: Any) -> Any:
+        with self._actor.disable_adapter():
+            return self.model(**inputs)
+
+    def train(self, mode: bool = True) -> "AdapterOffReference":
+        return self
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,12 +263,20 @@ class Engine:
         self.device = ctx.device
         self.tokenizer = load_tokenizer(ctx.init_model_dir)
         self.tokenizer.padding_side = "left"
+        self.lora = spec.train.lora.enabled
         self.actor = load_causal_lm(ctx.init_model_dir, spec.model, ctx.device, trained=True)
-        self.reference = (freeze(load_causal_lm(ctx.init_model_dir, spec.model, ctx.device))
-                          if kl_coef > 0 else None)
+        if self.lora:
+            from baselines.common import add_lora
+
+            self.actor = add_lora(self.actor, spec)
+        self.reference: nn.Module | None = None
+        if kl_coef > 0:  # with LoRA: the actor's base, adapters off (no copy); else a frozen copy
+            self.reference = (AdapterOffReference(self.actor) if self.lora
+                              else freeze(load_causal_lm(ctx.init_model_dir, spec.model, ctx.device)))
         self.reward_model = (load_sequence_classifier(ctx.reward_model_dir, spec.model.dtype, ctx.device)
                              if reward_model else None)
-        self.critic = build_critic(ctx, critic_init) if critic_init else None
+        self.critic = (build_critic(ctx, critic_init, lora=self.lora and spec.train.lora.critic)
+                       if critic_init else None)
         for net in (self.actor, self.reference, self.critic, self.reward_model):
             if net is not None:
                 disable_dropout(net)
@@ -477,6 +517,24 @@ class Engine:
         events.fire("on_train_end", model=self.actor)
         return log_history, per_step
 
+    def _lora_settings(self) -> dict[str, Any]:
+        """What LoRA changed, for the result (nothing without LoRA)."""
+        if not self.lora:
+            return {}
+        lora = self.spec.train.lora
+        out: dict[str, Any] = {"lora": {"r": lora.r, "alpha": lora.alpha, "target_modules": lora.target_modules,
+                                        "dropout": 0.0, "critic": self.critic is not None and lora.critic}}
+        if isinstance(self.reference, AdapterOffReference):
+            out["reference"] = "the actor's base model with its adapters disabled (shares the actor's weights)"
+        return out
+
+    def _precision(self, roles: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """bench.precision's policy; a shared reference is held as the actor's (fp32) weights, not a bf16 copy."""
+        policy = precision_policy(self.spec.model.dtype, roles)
+        if isinstance(self.reference, AdapterOffReference):
+            policy["reference"] = {**policy["actor"], "optimizer_state": None, "shared_with": "actor"}
+        return policy
+
     def outcome(self, log_history: list[dict[str, float]], per_step: list[dict[str, float]],
                 settings: dict[str, Any], metric_keys: tuple[str, ...]) -> TrainOutcome:
         """The trained actor, the resident networks, and first/last-fifth means of ``metric_keys``."""
@@ -488,14 +546,14 @@ class Engine:
                 if values:
                     metrics[f"{key}_{name}"] = sum(values) / len(values)
         roles = tuple(self.networks)
-        settings = {**settings, "engine": "suite", "learning_rate": self.learning_rate,
+        settings = {**settings, **self._lora_settings(), "engine": "suite", "learning_rate": self.learning_rate,
                     "ppo_epochs": self.cfg.ppo_epochs, "minibatches": self.cfg.minibatches,
                     "optimizer_steps_per_rollout": self.cfg.ppo_epochs * self.cfg.minibatches,
                     "cliprange": self.cfg.cliprange, "missing_eos_penalty": self.cfg.missing_eos_penalty,
                     "micro_batch_size": self.micro_batch_size or "whole minibatch",
                     "logprob_temperature": self.spec.generation.temperature, "lr_schedule_unit": "rollout step",
                     "optimizers": "AdamW per network, grad clip per network",
-                    "precision": precision_policy(self.spec.model.dtype, roles),
+                    "precision": self._precision(roles),
                     "generation": self.generation}
         return TrainOutcome(
             policy=self.actor, tokenizer=self.tokenizer, networks=self.networks, optimizers=dict(self.optimizers),

@@ -62,7 +62,9 @@ def account_networks(
              "grad_materialized": bool, # False when some trainable parameter had no .grad yet
              "optimizer_bytes": int,    # tensors in optimizer.state for this role's parameters
              "optimizer_state_materialized": bool,
-             "shared_params": int}      # elements skipped because an earlier role already counted them
+             "shared_params": int,      # elements skipped because an earlier role already counted them
+             "shared_with": list[str]}  # those earlier roles, in order (['actor'] for a LoRA reference that is
+                                       # the actor's base with adapters off: its weights cost nothing extra)
 
         ``grad_bytes``: a parameter's existing ``.grad`` when there is one; for a trainable parameter
         without one (before the first backward, or after ``zero_grad(set_to_none=True)``) the bytes the
@@ -75,8 +77,8 @@ def account_networks(
         with no trainable parameters reports 0 with the flag True (0 is its true value).
     """
     index = _index_optimizers(optimizers or {})
-    counted: set[tuple[Any, ...]] = set()  # parameters and buffers already attributed to an earlier role
-    return {role: _account_role(module, index, counted) for role, module in networks.items()}
+    counted: dict[tuple[Any, ...], str] = {}  # parameters and buffers already attributed -> the role that has them
+    return {role: _account_role(role, module, index, counted) for role, module in networks.items()}
 
 
 @dataclass
@@ -127,24 +129,24 @@ def _empty_entry() -> dict[str, Any]:
     """A role's accounting before anything is counted (the flags start True: nothing is missing yet)."""
     return {"params": 0, "trainable_params": 0, "weight_bytes": 0, "buffer_bytes": 0, "grad_bytes": 0,
             "grad_materialized": True, "optimizer_bytes": 0, "optimizer_state_materialized": True,
-            "shared_params": 0}
+            "shared_params": 0, "shared_with": []}
 
 
-def _account_role(module: "torch.nn.Module | None", index: _OptimizerIndex,
-                  counted: set[tuple[Any, ...]]) -> dict[str, Any]:
+def _account_role(role: str, module: "torch.nn.Module | None", index: _OptimizerIndex,
+                  counted: dict[tuple[Any, ...], str]) -> dict[str, Any]:
     """One role's entry (see :func:`account_networks`); adds what it counts to ``counted`` (sharing)."""
     entry = _empty_entry()
     if module is None:
         return entry
-    with_state, without_state = _account_parameters(module, index, counted, entry)
-    _account_buffers(module, counted, entry)
+    with_state, without_state = _account_parameters(role, module, index, counted, entry)
+    _account_buffers(role, module, counted, entry)
     # Trainable parameters, none with state yet: before the first optimizer step, so 0 understates it.
     entry["optimizer_state_materialized"] = not (without_state and not with_state)
     return entry
 
 
-def _account_parameters(module: "torch.nn.Module", index: _OptimizerIndex, counted: set[tuple[Any, ...]],
-                        entry: dict[str, Any]) -> tuple[int, int]:
+def _account_parameters(role: str, module: "torch.nn.Module", index: _OptimizerIndex,
+                        counted: dict[tuple[Any, ...], str], entry: dict[str, Any]) -> tuple[int, int]:
     """Add the module's not-yet-counted parameters to ``entry`` (bytes); a shared one goes to shared_params.
 
     Returns (parameters with optimizer state, trained parameters without it), for the materialized flag.
@@ -154,10 +156,12 @@ def _account_parameters(module: "torch.nn.Module", index: _OptimizerIndex, count
     for param in module.parameters():
         keys = _param_keys(param)
         numel = int(param.numel())
-        if any(key in counted for key in keys):
+        owner = _owner(keys, counted)
+        if owner is not None:
             entry["shared_params"] += numel
+            _note_shared(entry, owner, role)
             continue
-        counted.update(keys)
+        counted.update(dict.fromkeys(keys, role))
         entry["params"] += numel
         entry["weight_bytes"] += _tensor_bytes(param)
         trained = index.trains(param, keys)
@@ -182,14 +186,28 @@ def _account_grad(param: "torch.Tensor", trained: bool, entry: dict[str, Any]) -
         entry["grad_materialized"] = False
 
 
-def _account_buffers(module: "torch.nn.Module", counted: set[tuple[Any, ...]], entry: dict[str, Any]) -> None:
+def _account_buffers(role: str, module: "torch.nn.Module", counted: dict[tuple[Any, ...], str],
+                     entry: dict[str, Any]) -> None:
     """Add the module's not-yet-counted registered buffers (rotary tables, ...) to buffer_bytes."""
     for buffer in module.buffers():
         keys = _param_keys(buffer)
-        if any(key in counted for key in keys):
+        owner = _owner(keys, counted)
+        if owner is not None:
+            _note_shared(entry, owner, role)
             continue
-        counted.update(keys)
+        counted.update(dict.fromkeys(keys, role))
         entry["buffer_bytes"] += _tensor_bytes(buffer)
+
+
+def _owner(keys: list[tuple[Any, ...]], counted: dict[tuple[Any, ...], str]) -> str | None:
+    """The role that already counted a tensor with these identity keys, or None."""
+    return next((counted[key] for key in keys if key in counted), None)
+
+
+def _note_shared(entry: dict[str, Any], owner: str, role: str) -> None:
+    """Record that ``role`` reuses tensors another role counted (each owner once, in order of first reuse)."""
+    if owner != role and owner not in entry["shared_with"]:
+        entry["shared_with"].append(owner)
 
 
 def _is_tensor(value: Any) -> bool:
