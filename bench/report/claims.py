@@ -116,7 +116,32 @@ def beta_zero_reference(suite: Suite, c: dict[str, Any]) -> Verdict:
                    NOT_SUPPORTED if has_ref else SUPPORTED)
 
 
+def _sweep_ratio(suite: Suite, c: dict[str, Any], source: str) -> Verdict | None:
+    """With a sweep (several model sizes, G, lengths): the ratio a / b at every point that ran both, supported only
+    when every point is within range; None when the suite has no sweep points with both methods."""
+    from bench.report import scaling  # imported here: scaling imports figures, which the claims never need
+
+    points = scaling.sweep_points(suite)
+    if not points:
+        return None
+    by = {(p.point, p.method): p for p in points}
+    ratios = []
+    for point in dict.fromkeys(p.point for p in points):
+        a = next((by[(point, m)] for m in _names(c["a"]) if (point, m) in by), None)
+        b = next((by[(point, m)] for m in _names(c["b"]) if (point, m) in by), None)
+        if a and b and a.measured(source) and b.measured(source):
+            ratios.append((point, a.measured(source) / b.measured(source)))
+    if not ratios:
+        return None
+    text = "; ".join(f"{point}: {r:.2f}×" for point, r in ratios) + f" ({source}, every sweep point)"
+    ok = all(c["low"] <= r <= c["high"] for _, r in ratios)
+    return Verdict(text, SUPPORTED if ok else NOT_SUPPORTED)
+
+
 def static_ratio(suite: Suite, c: dict[str, Any]) -> Verdict:
+    swept = _sweep_ratio(suite, c, "static accounting")
+    if swept:
+        return swept
     a, b = _run(suite, c["a"]), _run(suite, c["b"])
     if a is None or b is None or not network_bytes(a) or not network_bytes(b):
         return Verdict(_why_missing(suite, c["a"] if a is None else c["b"]), NOT_MEASURED)
@@ -127,6 +152,9 @@ def static_ratio(suite: Suite, c: dict[str, Any]) -> Verdict:
 
 
 def peak_ratio(suite: Suite, c: dict[str, Any]) -> Verdict:
+    swept = _sweep_ratio(suite, c, "cuda-allocated peak")
+    if swept:
+        return swept
     a, b = _run(suite, c["a"]), _run(suite, c["b"])
     if a is None or b is None:
         return Verdict(_why_missing(suite, c["a"] if a is None else c["b"]), NOT_MEASURED)

@@ -396,4 +396,7 @@ def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
         phases_figure(suite, out_dir),
         curves_figure(suite, out_dir),
     ]
+    from bench.report.scaling import scaling_figures  # scaling imports this module (FigureInfo)
+
+    figures += scaling_figures(suite, out_dir)  # sweep runs only: memory vs size, time vs G and length
     return [f for f in figures if f is not None]

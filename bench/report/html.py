@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from bench.report import citation, claims, findings, fmt, overview, summary, tables
+from bench.report import citation, claims, findings, fmt, overview, scaling, summary, tables
 from bench.report import phases as phase_times
 from bench.report.figures import FigureInfo
 from bench.report.load import Suite
@@ -170,6 +170,19 @@ is under <a href="#networks">Networks resident while training</a>, decoding unde
 
 {{ table_section("Peak memory per phase", "phase_memory", phase_memory) }}
 
+{% if scaling_tables %}
+<h2 id="scaling">Scaling (sweep)</h2>
+<p class="meta">{{ intro("scaling") }}</p>
+{% for t in scaling_tables %}
+<div class="scroll"><table>
+<tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in t.rows %}<tr>{% for c in row %}{{ cell(c) }}{% endfor %}</tr>{% endfor %}
+</table></div>
+{% for w in t.warnings %}<p class="warning"><strong>Warning:</strong> {{ w }}</p>{% endfor %}
+{% if t.notes %}<ul class="notes">{% for n in t.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+{% endfor %}
+{% endif %}
+
 {% if stages %}
 <h2 id="stages">Shared stages</h2>
 <div class="scroll"><table>
@@ -276,7 +289,8 @@ def _toc(detail: dict[str, fmt.Table], figures: list[FigureInfo], has: dict[str,
                 ("networks", "Networks", bool(detail["networks"])),
                 ("throughput", "Throughput and time", bool(detail["throughput"])),
                 ("phases", "Time per phase", has["phases"]), ("phase_share", "Phase shares", has["phase_share"]),
-                ("phase_memory", "Memory per phase", has["phase_memory"]), ("stages", "Shared stages", has["stages"]),
+                ("phase_memory", "Memory per phase", has["phase_memory"]), ("scaling", "Scaling", has["scaling"]),
+                ("stages", "Shared stages", has["stages"]),
                 ("lengths", "Max lengths", bool(detail["lengths"])), ("figures", "Figures", bool(figures)),
                 ("samples", "Samples", has["samples"]), ("notes", "Notes on sources", True),
                 ("settings", "Settings and environment", True)]
@@ -321,9 +335,11 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
     stages, samples = tables.stage_rows(suite), _samples(suite)
     claims_table, headline_table = claims.claims_table(suite), overview.headline_table(suite)
     phase_share, phase_memory = overview.phase_share_table(suite), overview.phase_memory_table(suite)
+    scaling_tables = scaling.scaling_tables(suite)
     has = {"paired": bool(paired_rows), "differs": bool(differs_rows), "phases": bool(phase_rows),
            "stages": bool(stages), "samples": bool(samples), "claims": bool(claims_table),
-           "headline": bool(headline_table), "phase_share": bool(phase_share), "phase_memory": bool(phase_memory)}
+           "headline": bool(headline_table), "phase_share": bool(phase_share), "phase_memory": bool(phase_memory),
+           "scaling": bool(scaling_tables)}
     return template.render(
         suite=suite,
         description=fmt.cap_text(suite.description),
@@ -341,6 +357,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         extra_detail=summary.extra_detail(detail),
         phase_share=phase_share,
         phase_memory=phase_memory,
+        scaling_tables=scaling_tables,
         differs_header=differs_header,
         differs_rows=differs_rows,
         paired_header=paired_header,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report import citation, claims, findings, fmt, networks, overview, tables
+from bench.report import citation, claims, findings, fmt, networks, overview, scaling, tables
 from bench.report import phases as phase_times
 from bench.report.load import Suite
 
@@ -84,6 +84,8 @@ INTROS = {
     "cite": "What a citation of this run needs.",
     "phase_share": "Where each run's time went: seconds per phase and the share of the run's phase time.",
     "phase_memory": "Peak memory per phase (MiB); on CPU as the change over the reading after the models loaded.",
+    "scaling": "The sweep's points: memory against model size, the PPO / GRPO ratio at every point, time against G "
+               "and completion length, and the memory model's prediction beside each measurement.",
     "results": "One row per run (seed), both suite scoring modes and the share of trained weights that moved.",
 }
 """Intros of the sections this module adds; the others are tables.INTROS (owned with their tables)."""
@@ -113,6 +115,19 @@ def cite_lines(suite: Suite) -> list[str]:
     return ["## Cite this run", "", INTROS["cite"], "",
             _md_table(["field", "value"], [[k, f"`{v}`" if k.startswith("command") and v != "not recorded" else v]
                                            for k, v in citation.citation(suite)]), ""]
+
+
+def scaling_lines(suite: Suite) -> list[str]:
+    """'Scaling (sweep)': every table of bench.report.scaling in turn; nothing without sweep runs."""
+    found = scaling.scaling_tables(suite)
+    if not found:
+        return []
+    lines = ["## Scaling (sweep)", "", INTROS["scaling"], ""]
+    for table in found:
+        lines += [_md_table(table.header, table.rows), ""]
+        lines += [f"> **Warning:** {_md_cell(w)}" for w in table.warnings] + ([""] if table.warnings else [])
+        lines += [f"- {_md_cell(n)}" for n in table.notes] + ([""] if table.notes else [])
+    return lines
 
 
 def paired_rows(suite: Suite) -> tuple[list[str], list[list[str]]]:
@@ -170,6 +185,7 @@ def summary_markdown(suite: Suite) -> str:
     parts += _phase_section(suite)
     parts += md_table_section("Time per phase: shares", intro("phase_share"), overview.phase_share_table(suite))
     parts += md_table_section("Peak memory per phase", intro("phase_memory"), overview.phase_memory_table(suite))
+    parts += scaling_lines(suite)
     stages = tables.stage_rows(suite)
     if stages:
         parts += ["## Shared stages", "",
