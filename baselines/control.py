@@ -12,8 +12,9 @@ is multiplied by a learning rate of 0. Two things follow, and the report reads b
 Why AdamW with lr 0 leaves every weight bit-identical (``tests/test_control.py`` checks it): torch's AdamW
 multiplies each weight by ``1 - lr * weight_decay`` = 1 exactly and adds ``-lr / bias_correction * m / (sqrt(v) +
 eps)`` = 0 (eps > 0 keeps the quotient finite; clipping keeps gradients finite); every learning-rate schedule
-scales the base rate, so warm-up and decay stay at 0. With LoRA the same holds for the adapters (the base weights
-are frozen anyway). The parameter-change telemetry then reports 0% changed, by design; the report should not
+scales the base rate, so warm-up and decay stay at 0. (The one bit pattern that can change is a weight stored as
+-0.0, which adding a zero turns into +0.0: equal in value, and absent from trained checkpoints in practice.) With
+LoRA the same holds for the adapters (the base weights are frozen anyway). The parameter-change telemetry then reports 0% changed, by design; the report should not
 flag it as a method that failed to train.
 
 It reuses ``baselines.grpo_engine`` (step, networks, validation) rather than repeating it; only the learning
