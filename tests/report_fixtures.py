@@ -130,6 +130,8 @@ def write_suite(root: Path, methods: tuple[str, ...] = tuple(METHODS), failed: t
     })
     for stage, label in stages:
         write_json_atomic(suite / "runs" / f"{stage}-s0" / "result.json", stage_result(stage, label))
+        if stage == "warm_start":  # the start every method is tested against, question by question
+            _verdicts(suite / "runs" / f"{stage}-s0", BEFORE)
     for i, method in enumerate(methods):
         res = method_result(method, status="failed" if method in failed else "ok", source=source, peak_mib=peak_mib)
         if completion is not None and i == 0:

@@ -91,6 +91,10 @@ def test_findings_say_only_what_the_fixtures_support(full: Path) -> None:
     assert re.search(r"not significantly different, the largest gap GRPO \(TRL\) vs GRPO \(suite engine\) "
                      r"\+1\.0 pp", text)
     assert "Control (lr 0, the noise floor): 25.0%" in text
+    # Against the start (100 of 400): GRPO +15 pp is significant, PPO's -10 pp too, the control's 0 is not.
+    start = next(f for f in found if f.startswith("Against the starting checkpoint"))
+    assert "improved significantly: GRPO (TRL) +15.0 pp" in start and "declined significantly: PPO (reward model) " \
+        "-10.0 pp" in start and "not significantly changed: " in start and "Control (lr 0) +0.0 pp" in start
     assert "GPU" not in text.replace("no GPU", "")  # a CPU run: no VRAM finding
     for f in findings(load_suite(full)):
         assert f.basis  # every finding says where its number comes from

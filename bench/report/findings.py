@@ -184,6 +184,27 @@ def _paired_findings(suite: Suite) -> list[Finding]:
     return out
 
 
+def _start_findings(suite: Suite) -> list[Finding]:
+    """Each method against its starting checkpoint on the same questions (tables.start_tests, Holm-adjusted)."""
+    start_tests = getattr(tables, "start_tests", None)
+    tests = start_tests(suite) if start_tests else []
+    if not tests:
+        return []
+    up = [t for t in tests if t["p_holm"] < ALPHA and t["diff"] > 0]
+    down = [t for t in tests if t["p_holm"] < ALPHA and t["diff"] < 0]
+    flat = [t for t in tests if t["p_holm"] >= ALPHA]
+
+    def names(group: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{t['method']} {100 * t['diff']:+.1f} pp" for t in group)
+
+    parts = [f"improved significantly: {names(up)}" if up else "",
+             f"declined significantly: {names(down)}" if down else "",
+             f"not significantly changed: {names(flat)}" if flat else ""]
+    return [Finding("Against the starting checkpoint, " + "; ".join(p for p in parts if p),
+                    f"McNemar on the same {tests[0]['n']:,} questions, Holm-adjusted over {len(tests)} runs, "
+                    f"α = {ALPHA}")]
+
+
 def _speed_findings(suite: Suite) -> list[Finding]:
     """Fastest vs slowest online method by completions per second of training time."""
     names = fmt.display_names(suite.methods)
@@ -211,4 +232,4 @@ def _failure_findings(suite: Suite) -> list[Finding]:
 def findings(suite: Suite) -> list[Finding]:
     """The findings, most important first: failures, memory, accuracy differences, accuracy, speed."""
     return (_failure_findings(suite) + _memory_findings(suite) + _peak_findings(suite) + _paired_findings(suite)
-            + _accuracy_findings(suite) + _speed_findings(suite))
+            + _start_findings(suite) + _accuracy_findings(suite) + _speed_findings(suite))

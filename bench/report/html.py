@@ -129,15 +129,7 @@ table.claims col.measured { width: 27%; } table.claims col.verdict { width: 10%;
 
 {{ table_section("Across seeds", "seeds", detail.seeds, 2, false) }}
 
-{% if paired_rows %}
-<h2 id="paired">Paired tests (headline accuracy, same questions)</h2>
-<p class="meta">Exact McNemar test on the questions where exactly one method is right, Holm-adjusted over every
-pair; the difference A − B with a 95% paired-bootstrap interval (2000 resamples). Runs are paired within a seed.</p>
-<div class="scroll"><table>
-<tr>{% for h in paired_header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in paired_rows %}<tr>{% for c in row %}{{ cell(c) }}{% endfor %}</tr>{% endfor %}
-</table></div>
-{% endif %}
+{{ table_section("Paired tests (headline accuracy, same questions)", "paired", paired) }}
 
 {% for key, title, t in extra_detail %}{{ table_section(title, key, t, 2, false) }}{% endfor %}
 
@@ -331,12 +323,12 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
     detail = tables.detail_tables(suite)
     phase_header, phase_rows = phase_times.phase_table(suite)
     env_run, environment = _environment(suite)
-    paired_header, paired_rows = summary.paired_rows(suite)
+    paired = summary.paired_table(suite)
     stages, samples = tables.stage_rows(suite), _samples(suite)
     claims_table, headline_table = claims.claims_table(suite), overview.headline_table(suite)
     phase_share, phase_memory = overview.phase_share_table(suite), overview.phase_memory_table(suite)
     scaling_tables = scaling.scaling_tables(suite)
-    has = {"paired": bool(paired_rows), "differs": bool(differs_rows), "phases": bool(phase_rows),
+    has = {"paired": bool(paired), "differs": bool(differs_rows), "phases": bool(phase_rows),
            "stages": bool(stages), "samples": bool(samples), "claims": bool(claims_table),
            "headline": bool(headline_table), "phase_share": bool(phase_share), "phase_memory": bool(phase_memory),
            "scaling": bool(scaling_tables)}
@@ -360,8 +352,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         scaling_tables=scaling_tables,
         differs_header=differs_header,
         differs_rows=differs_rows,
-        paired_header=paired_header,
-        paired_rows=paired_rows,
+        paired=paired,
         stages=stages,
         phase_header=phase_header,
         phase_rows=phase_rows,

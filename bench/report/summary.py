@@ -86,6 +86,8 @@ INTROS = {
     "phase_memory": "Peak memory per phase (MiB); on CPU as the change over the reading after the models loaded.",
     "scaling": "The sweep's points: memory against model size, the PPO / GRPO ratio at every point, time against G "
                "and completion length, and the memory model's prediction beside each measurement.",
+    "paired": "Between methods on the same questions, within a seed: exact McNemar test, Holm-adjusted over every "
+              "pair, and the difference with a 95% paired-bootstrap interval.",
     "results": "One row per run (seed), both suite scoring modes and the share of trained weights that moved.",
 }
 """Intros of the sections this module adds; the others are tables.INTROS (owned with their tables)."""
@@ -99,9 +101,16 @@ KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation")
 """Detail tables placed by name; any other table tables.detail_tables adds is shown under its own key."""
 
 
+TITLES = {"per_seed": "Accuracy per seed", "seed_tests": "Seed-level tests", "start_tests":
+          "Against the starting checkpoint", "reward_model": "Reward model", "control": "Control arm (lr 0)",
+          "anchors": "Published anchors (external)"}
+"""Section titles of the statistics tables (tables.detail_tables keys); an unknown key is titled from its name."""
+
+
 def extra_detail(detail: dict[str, fmt.Table]) -> list[tuple[str, str, fmt.Table]]:
     """(key, title, table) of detail tables this module does not place by name (new statistics tables)."""
-    return [(k, k.replace("_", " ").capitalize(), t) for k, t in detail.items() if k not in KNOWN_DETAIL and t]
+    return [(k, TITLES.get(k) or k.replace("_", " ").capitalize(), t) for k, t in detail.items()
+            if k not in KNOWN_DETAIL and t]
 
 
 def findings_lines(suite: Suite) -> list[str]:
@@ -130,16 +139,9 @@ def scaling_lines(suite: Suite) -> list[str]:
     return lines
 
 
-def paired_rows(suite: Suite) -> tuple[list[str], list[list[str]]]:
-    """The paired-tests table as text: McNemar p, Holm-adjusted p, verdict and the bootstrap difference."""
-    tests = findings.paired_with_holm(suite)
-    header = ["A", "B", "questions", "A only right", "B only right", "McNemar p", "Holm-adjusted p", "at 5%",
-              "A − B (95% bootstrap CI)"]
-    rows = [[t["a"], t["b"], f"{t['n']:,}", str(t["a_only"]), str(t["b_only"]), fmt.p_value_text(t["p_value"]),
-             fmt.p_value_text(t["p_holm"]) if t["p_holm"] is not None else fmt.MISSING,
-             "significant" if t["p_holm"] is not None and t["p_holm"] < findings.ALPHA else "not significant",
-             f"{100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}]"] for t in tests]
-    return header, rows
+def paired_table(suite: Suite) -> fmt.Table:
+    """Between-method McNemar tests with Holm-adjusted p-values (tables.paired_tests_table)."""
+    return tables.paired_tests_table(suite)
 
 
 def summary_markdown(suite: Suite) -> str:
@@ -169,12 +171,8 @@ def summary_markdown(suite: Suite) -> str:
         parts += ["No method runs were planned or found.", ""]
     detail = tables.detail_tables(suite)
     parts += _md_section("Across seeds", "seeds", detail["seeds"])
-    header, rows = paired_rows(suite)
-    if rows:
-        parts += ["## Paired tests (headline accuracy, same questions)", "",
-                  "Exact McNemar test on the questions where exactly one method is right, Holm-adjusted over "
-                  "every pair; A − B with a 95% paired-bootstrap interval. Runs are paired within a seed.", "",
-                  _md_table(header, rows), ""]
+    parts += md_table_section("Paired tests (headline accuracy, same questions)", intro("paired"),
+                              paired_table(suite))
     for key, title, table in extra_detail(detail):
         parts += md_table_section(title, intro(key), table)
     header, rows = tables.what_differs(suite)
