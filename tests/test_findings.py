@@ -171,3 +171,12 @@ def test_bench_report_runs_where_torch_cannot_be_imported(tmp_path: Path) -> Non
     proc = run_without_torch(tmp_path, "report", str(suite))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (suite / "index.html").is_file() and "## Findings" in (suite / "summary.md").read_text()
+
+
+def test_a_gpu_run_gets_a_vram_verdict_and_gpu_wording(tmp_path: Path) -> None:
+    """With cuda-allocated readings the VRAM claim is decided (fixture: 740 vs 720 MiB, far from double)."""
+    suite = load_suite(write_suite(tmp_path, methods=("grpo", "ppo"), source="cuda-allocated"))
+    claims = {c["id"]: c for c in load_claims()}
+    row = claims_table(suite, [claims["ppo-doubles-vram"]]).rows[0]
+    assert row[-1] == NOT_SUPPORTED and "(cuda-allocated)" in row[3] and "1.03×" in row[3]
+    assert any("peak GPU memory" in f.text for f in findings(suite))
