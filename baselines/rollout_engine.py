@@ -49,7 +49,8 @@ from bench.errors import SpecError
 from bench.generation import eos_token_ids, generate, sampling_settings
 from bench.models import load_causal_lm, load_sequence_classifier, load_tokenizer, torch_dtype
 from bench.precision import autocast_dtype, precision_policy
-from bench.rewards import degenerate_stats, score_completion
+from bench.monitors import completion_monitors
+from bench.rewards import score_completion
 
 
 @dataclass
@@ -367,16 +368,20 @@ class Engine:
                                      r.accuracy_weight, r.format_weight, r.length_threshold, r.length_penalty)
                     for text, row in zip(batch.texts, batch.rows)]
         total = torch.tensor([v["total"] for v in verdicts], dtype=torch.float32)
+        missing_eos = (~batch.has_eos).float().mean().item()
         logs = {
             "reward": total.mean().item(),
             "reward_std": total.std().item() if len(total) > 1 else 0.0,
             "accuracy_reward": sum(v["accuracy"] for v in verdicts) / len(verdicts),
             "format_reward": sum(v["format"] for v in verdicts) / len(verdicts),
-            "completion_length": batch.lengths.float().mean().item(),
-            "eos_rate": batch.has_eos.float().mean().item(),
+            "length_penalty_reward": -sum(v["length_penalty"] for v in verdicts) / len(verdicts),
+            "eos_rate": 1.0 - missing_eos,
         }
-        stats = degenerate_stats(batch.texts, [row["answer"] for row in batch.rows])
-        logs.update({k: v for k, v in stats.items() if k != "mean_length_chars"})
+        if self.cfg.missing_eos_penalty is not None:  # the term eos_penalised subtracts, whatever the reward source
+            logs["missing_eos_penalty_reward"] = -self.cfg.missing_eos_penalty * missing_eos
+        # Length, truncation, degenerate-output and 'aha' monitors (bench.monitors, the same for every method).
+        logs.update(completion_monitors(batch.texts, [row["answer"] for row in batch.rows],
+                                        lengths=batch.lengths.tolist(), hit_max=(~batch.has_eos).tolist()))
         return total.to(self.device), logs
 
     @torch.no_grad()
@@ -466,7 +471,8 @@ class Engine:
     def optimise(self, batch: Rollout, loss_fn: LossFn, aggregation: M.Aggregation) -> dict[str, float]:
         """``ppo_epochs`` passes of shuffled minibatches; one clipped AdamW step per minibatch and network.
 
-        Returns the stats of loss_fn averaged over the optimizer steps, plus the learning rate.
+        Returns the stats of loss_fn averaged over the optimizer steps, the learning rate and the actor's gradient
+        norm before clipping (mean over the updates).
         """
         cfg = self.cfg
         lr = self.schedulers[0].get_last_lr()[0]
@@ -475,6 +481,7 @@ class Engine:
             self.critic.train()
         minibatch = len(batch) // cfg.minibatches
         sums: dict[str, torch.Tensor] = {}
+        grad_norms: list[float] = []
         updates = 0
         for _ in range(cfg.ppo_epochs):
             for rows in torch.randperm(len(batch), device=self.device).split(minibatch):
@@ -484,14 +491,18 @@ class Engine:
                 for name, value in self.accumulate(loss_fn, rows, weights).items():
                     sums[name] = sums.get(name, 0) + value
                 for role, opt in self.optimizers.items():
-                    torch.nn.utils.clip_grad_norm_(self.networks[role].parameters(), self.spec.train.max_grad_norm)
+                    norm = torch.nn.utils.clip_grad_norm_(self.networks[role].parameters(),
+                                                          self.spec.train.max_grad_norm)
+                    if role == "actor":
+                        grad_norms.append(float(norm))  # before clipping: what clip_grad_norm_ returns
                     opt.step()
                 self.trained_tokens += int(batch.attention_mask[rows].sum())
                 updates += 1
         for scheduler in self.schedulers:
             scheduler.step()
         self.optimizer_steps += updates
-        return {**{name: (value / updates).item() for name, value in sums.items()}, "learning_rate": lr}
+        return {**{name: (value / updates).item() for name, value in sums.items()}, "learning_rate": lr,
+                "grad_norm": sum(grad_norms) / len(grad_norms)}
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, step_fn: Callable[[int], dict[str, float]]) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
