@@ -307,18 +307,22 @@ def job_sweep(spec: Spec, run: PlannedRun) -> dict[str, Any] | None:
 
 
 # -- in the worker ----------------------------------------------------------------------------------------
-def prepare_point(job: dict[str, Any], spec: Spec, result: dict[str, Any], telemetry: Any) -> None:
+def prepare_point(job: dict[str, Any], spec: Spec, result: dict[str, Any], telemetry: Any, tokenizer: Any = None,
+                  train_rows: list[dict[str, str]] | None = None) -> None:
     """Record the point and the memory model's predictions in ``result``, and arm the OOM test hook.
 
-    Called before training, so that a run that fails (an OOM above all) keeps its prediction. Never raises: a
-    missing or broken memory model leaves a note, not a failed run.
+    Called before training, so that a run that fails (an OOM above all) keeps its prediction. The prediction is
+    made for the longest training prompt in tokens (:func:`longest_prompt`; padding makes every sequence of a
+    batch that long). Never raises: a missing or broken memory model leaves a note, not a failed run.
     """
     info = dict(job["sweep"])
     inject = info.pop("inject_oom", None)
     result["sweep"] = info
     if job["kind"] == "method":
-        result["prediction"], note = predict(spec, job["name"])
-        result["prediction_extrapolated"] = extrapolate(spec, job["name"]) if note is None else None
+        prompt_tokens = longest_prompt(tokenizer, train_rows)
+        info["prompt_tokens"] = prompt_tokens
+        result["prediction"], note = predict(spec, job["name"], prompt_tokens)
+        result["prediction_extrapolated"] = extrapolate(spec, job["name"], prompt_tokens) if note is None else None
         if note is not None:
             result["sweep"]["prediction_note"] = note
     if inject:
@@ -326,26 +330,37 @@ def prepare_point(job: dict[str, Any], spec: Spec, result: dict[str, Any], telem
                                             f"{info['point']}, phase {inject['phase']}")
 
 
-def predict(spec: Spec, method: str) -> tuple[dict[str, Any] | None, str | None]:
+def longest_prompt(tokenizer: Any, rows: list[dict[str, str]] | None) -> int | None:
+    """Tokens in the longest training prompt (None without a tokenizer or rows: the memory model's default)."""
+    if tokenizer is None or not rows:
+        return None
+    try:
+        return max(len(tokenizer(row["prompt"])["input_ids"]) for row in rows)
+    except Exception:  # noqa: BLE001 - an estimate's input; the model's default is the fallback
+        return None
+
+
+def predict(spec: Spec, method: str, prompt_tokens: int | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """(the memory model's prediction as JSON, None) or (None, why there is none)."""
     try:
         from bench.memory_model import predict_for_spec
     except ImportError as exc:
         return None, f"no memory model in this checkout ({exc})"
     try:
-        return predict_for_spec(spec, method).to_json(), None
+        extra = {"prompt_tokens": prompt_tokens} if prompt_tokens else {}
+        return predict_for_spec(spec, method, **extra).to_json(), None
     except Exception as exc:  # noqa: BLE001 - a model bug must not fail the measurement it is compared with
         return None, f"the memory model failed: {type(exc).__name__}: {exc}"
 
 
-def extrapolate(spec: Spec, method: str) -> dict[str, Any] | None:
+def extrapolate(spec: Spec, method: str, prompt_tokens: int | None = None) -> dict[str, Any] | None:
     """The method's predictions at the full-size EXTRAPOLATE_TO architectures, with this point's other settings."""
     if spec.model.source != "architecture":
         return None
     out: dict[str, Any] = {}
     for name in EXTRAPOLATE_TO:
         model = dataclasses.replace(spec.model, architecture=name, scale=ScaleSpec())
-        prediction, _ = predict(dataclasses.replace(spec, model=model), method)
+        prediction, _ = predict(dataclasses.replace(spec, model=model), method, prompt_tokens)
         if prediction is not None:
             out[name] = prediction
     return out or None

@@ -309,7 +309,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     if job.get("sweep"):  # a sweep point: its prediction (before training, so a failure keeps it), the OOM hook
         from bench.sweep import prepare_point
 
-        prepare_point(job, spec, result, telemetry)
+        prepare_point(job, spec, result, telemetry, tokenizer, train_rows)
     with telemetry, failure_phase(telemetry, live):
         ctx = build_context(job, spec, run_dir, inputs, train_rows, telemetry)
         outcome = train_recipe(job["name"], ctx, telemetry)
