@@ -88,7 +88,7 @@ def test_findings_say_only_what_the_fixtures_support(full: Path) -> None:
     assert any("GRPO (TRL) vs PPO (reward model): +25.0 pp" in f and "significant" in f and "Holm" in f
                for f in found)
     # GRPO vs the suite engine's GRPO (160 vs 156 of 400) is not.
-    assert re.search(r"not significantly different, the largest gap GRPO \(TRL\) vs GRPO \(suite engine\) "
+    assert re.search(r"3 are not significantly different, the largest such gap GRPO \(TRL\) vs GRPO \(suite engine\) "
                      r"\+1\.0 pp", text)
     assert "Control (lr 0, the noise floor): 25.0%" in text
     # Against the start (100 of 400): GRPO +15 pp is significant, PPO's -10 pp too, the control's 0 is not.

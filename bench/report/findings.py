@@ -170,17 +170,18 @@ def _paired_findings(suite: Suite) -> list[Finding]:
             f"{t['a']} vs {t['b']}: {100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
             f" significant", f"McNemar on {t['n']:,} paired questions, Holm-adjusted p = "
             f"{fmt.p_value_text(t['p_holm'])}; 95% paired-bootstrap interval"))
-    more = len(significant) - len(out)
-    if more > 0:
-        out.append(Finding(f"{more} further method pair(s) differ significantly", "see Paired tests"))
     quiet = [t for t in tests if t not in significant]
+    summary = f"Of {len(tests)} method pair(s), {len(significant)} differ significantly"
+    summary += f" (the largest {len(out)} above)" if out and len(significant) > len(out) else ""
+    basis = f"McNemar, Holm-adjusted over {len(tests)} pairs, α = {ALPHA}; every pair under Paired tests"
     if quiet:
         t = max(quiet, key=lambda t: abs(t["diff"]))
         p = fmt.p_value_text(t["p_holm"]) if t["p_holm"] is not None else "n/a"
-        out.append(Finding(f"{len(quiet)} method pair(s) not significantly different, the largest gap "
-                           f"{t['a']} vs {t['b']} {100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, "
-                           f"{100 * t['diff_high']:+.1f}]", f"McNemar, Holm-adjusted p = {p} over {len(tests)} "
-                                                           f"pairs, α = {ALPHA}"))
+        summary += (f"; {len(quiet)} are not significantly different, the largest such gap {t['a']} vs {t['b']} "
+                    f"{100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}] "
+                    f"(Holm-adjusted p = {p})")
+    if tests:
+        out.append(Finding(summary, basis))
     return out
 
 
