@@ -3,6 +3,11 @@
 Builds from result files alone and imports no torch / transformers / trl / peft / datasets, so a report can
 be rebuilt on a laptop from a GPU box's results folder (``python -m bench.report SUITE_DIR``).
 
+The page and summary.md open with generated findings (bench.report.findings), the seed texts' claims checked
+against the measurements (bench.report.claims, baselines/claims.yaml), the headline per method and a citation
+block (bench.report.overview, bench.report.citation); ``bench compare`` (bench.report.compare) puts two or
+more suite folders side by side; scripts/check_report.sh opens a page in headless Chromium.
+
 Every file is written atomically (a temporary file renamed over the old one), so an interrupted or failed
 rebuild — a full disk, a kill — leaves the previous report whole, never a 0-byte results.csv. Free text
 (failure reasons, log tails, completions) is capped where it is shown (``fmt.cap_text``).
