@@ -197,7 +197,7 @@ def compare_markdown(suites: list[Suite]) -> str:
     differ, same = environment_rows(suites)
     header, rows = headline_rows(suites)
     parts = [f"# Comparison: {' vs '.join(names)}", "",
-             "Folders: " + ", ".join(f"`{s.suite_dir}`" for s in suites) + f". Differences are each folder minus "
+             "Folders: " + ", ".join(f"`{s.suite_dir.resolve()}`" for s in suites) + f". Differences are each folder minus "
              f"the first ({names[0]}).", "", "## Environment differences", ""]
     parts += [_md_table(["field", *names], differ) if differ else "None recorded.", "", "## Headline numbers", "",
               _md_table(header, rows), "", "## Environment in common", ""]
@@ -211,7 +211,7 @@ def compare_html(suites: list[Suite]) -> str:
     header, rows = headline_rows(suites)
     problems = [f"{n}: {fmt.cap_text(p)}" for n, s in zip(names, suites) for p in s.problems]
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    return env.from_string(TEMPLATE).render(names=names, paths=[str(s.suite_dir) for s in suites],
+    return env.from_string(TEMPLATE).render(names=names, paths=[str(s.suite_dir.resolve()) for s in suites],
                                             env_differ=differ, env_same=same, header=header, rows=rows,
                                             problems=problems)
 
