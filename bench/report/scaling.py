@@ -192,14 +192,24 @@ def _count(value: float | None) -> str:
 def scaling_tables(suite: Suite) -> list[fmt.Table]:
     """Every point; predicted vs measured per point and source; the error per source; PPO / GRPO; extrapolation.
 
-    Empty when the suite has no sweep runs.
+    Empty when the suite has no sweep runs. :func:`titled_scaling_tables` gives the same tables with titles.
     """
+    return list(titled_scaling_tables(suite).values())
+
+
+def titled_scaling_tables(suite: Suite) -> dict[str, fmt.Table]:
+    """Title -> table, in page order, leaving out empty ones (see :func:`scaling_tables`)."""
     points = sweep_points(suite)
     if not points:
-        return []
-    tables = [_points_table(points), _error_table(points), _error_summary(points), _ratio_table(points),
-              _extrapolation_table(points)]
-    return [t for t in tables if t]
+        return {}
+    tables = {
+        "Sweep: every point": _points_table(points),
+        "Memory model: predicted vs measured": _error_table(points),
+        "Memory model error per source": _error_summary(points),
+        "PPO / GRPO memory at each point": _ratio_table(points),
+        "Predicted at full size (not measured)": _extrapolation_table(points),
+    }
+    return {title: table for title, table in tables.items() if table}
 
 
 def _primary_source(points: list[Point]) -> str:
