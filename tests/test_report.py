@@ -866,3 +866,20 @@ def test_a_malformed_ok_result_renders_as_failed(tmp_path: Path) -> None:
     assert rows["dpo-s0"]["status"] == "failed" and "malformed" in rows["dpo-s0"]["error"]
     page = (suite / "index.html").read_text(encoding="utf-8")
     assert "result.json says ok but is malformed" in page
+
+
+def test_old_and_new_mode_keys_read_alike() -> None:
+    """Results and verdict lines written before the modes were renamed read under the new names, and back."""
+    from bench.report import fmt
+    from bench.report.load import Run
+
+    old = Run("a", {"accuracy": {"after": {"strict": _score(3, 4), "flexible": _score(4, 4)}}})
+    new = Run("b", {"accuracy": {"after": {"suite-strict": _score(3, 4), "lmeval-strict": _score(2, 4)}}})
+    assert fmt.score(old, "after", "suite-strict")["accuracy"] == 0.75 == fmt.score(new, "after", "strict")["accuracy"]
+    assert fmt.score(old, "after", "suite-flexible")["accuracy"] == 1.0
+    assert fmt.score(old, "after", "lmeval-strict") is None  # never recorded: not guessed from another mode
+    assert fmt.verdict({"index": 0, "correct_strict": True, "correct_flexible": False}, "suite-strict") is True
+    assert fmt.verdict({"index": 0, "correct_strict": True, "correct_flexible": False}, "suite-flexible") is False
+    assert fmt.verdict({"index": 0, "correct": {"lmeval-strict": False}}, "lmeval-strict") is False
+    assert fmt.verdict({"index": 0, "correct": {"suite-strict": True}}, "strict") is True
+    assert fmt.verdict({"index": 0}, "lmeval-flexible") is None
