@@ -20,6 +20,16 @@ from bench.spec import load_spec
 from test_rollout_engine import _context, _rows, model_dirs  # noqa: F401 (model_dirs is a pytest fixture)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: these models are tiny, and on a shared 2-core machine a second thread mostly waits
+    (measured: 2 s instead of 19 s for the supervised start below)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
     """The stored bit patterns (so -0.0 and 0.0, or two NaNs, compare as what they are)."""
     return tensor.detach().contiguous().view(torch.int32 if tensor.element_size() == 4 else torch.int16)
