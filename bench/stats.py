@@ -274,7 +274,7 @@ def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.
                                           "t": None, "p_value": None, "low": None, "high": None}
     if sd is None:
         return out
-    if sd == 0.0:
+    if sd <= 1e-12 * max(1.0, abs(mean)):  # equal differences up to float rounding (0.3 - 0.2 vs 0.8 - 0.7)
         out.update(t=0.0 if mean == 0 else math.copysign(math.inf, mean), p_value=1.0 if mean == 0 else 0.0,
                    low=mean, high=mean)
         return out

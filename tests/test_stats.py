@@ -189,6 +189,9 @@ def test_paired_t_test_degenerate_cases() -> None:
     assert same["p_value"] == 1.0 and same["low"] == same["high"] == 0.0
     shifted = stats.paired_t_test([0.6, 0.7], [0.5, 0.6])  # every seed exactly 0.1 apart: zero spread
     assert shifted["p_value"] == 0.0 and shifted["t"] == float("inf")
+    # 0.3 - 0.2 = 0.09999999999999998 and 0.8 - 0.7 = 0.10000000000000009: float rounding, not a spread.
+    rounded = stats.paired_t_test([0.3, 0.8], [0.2, 0.7])
+    assert rounded["p_value"] == 0.0 and rounded["low"] == rounded["high"]
     with pytest.raises(ValueError):
         stats.paired_t_test([0.1, 0.2], [0.1])
 
