@@ -2,6 +2,13 @@
 
 ``results.csv`` is for spreadsheets and scripts (raw numbers: accuracies as fractions, bytes, seconds);
 ``summary.md`` is for pasting into a writeup (formatted, every memory number with its source).
+
+The statistics a reviewer asks for live here too, each as a :class:`fmt.Table` (``detail_tables`` collects them):
+between methods on the same questions (:func:`paired_tests_table`: exact McNemar, paired bootstrap, Holm), every
+method against the checkpoint it started from (:func:`start_tests_table`), the reward model's held-out pair
+accuracy with its Wilson interval (:func:`reward_model_table`, and :func:`reward_model_warnings` for the line
+beside PPO (reward model)), and the control arm's pipeline check (:func:`control_table`). Every test uses the
+suite's headline mode unless told otherwise, and each family of tests is Holm-adjusted on its own.
 """
 
 from __future__ import annotations
