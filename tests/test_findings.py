@@ -16,7 +16,8 @@ from bench.report.findings import findings
 SECTION_IDS = ["findings", "claims", "headline", "cite", "results", "paired", "networks", "throughput",
                "phase_share", "phase_memory", "notes", "environment"]
 MD_SECTIONS = ["## Findings", "## Claims check", "## Headline", "## Cite this run", "## Results per method",
-               "## Paired tests (headline accuracy, same questions)", "## Networks resident while training", "## Throughput and time",
+               "## Paired tests (headline accuracy, same questions)", "## Networks resident while training",
+               "## Throughput and time",
                "## Time per phase", "## Time per phase: shares", "## Peak memory per phase", "## Notes on sources"]
 
 

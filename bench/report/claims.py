@@ -238,7 +238,8 @@ def group_size_sweep(suite: Suite, c: dict[str, Any]) -> Verdict:
     if len(by_g) < 2:
         sizes = ", ".join(map(str, sorted(by_g))) or "none recorded"
         return Verdict(f"one group size only (G = {sizes}); no G sweep in this run", NOT_MEASURED)
-    best = {g: max((accuracy(r, "after", headline_mode(suite)) for r in runs), key=lambda s: s["accuracy"]) for g, runs in by_g.items()}
+    mode = headline_mode(suite)
+    best = {g: max((accuracy(r, "after", mode) for r in runs), key=lambda s: s["accuracy"]) for g, runs in by_g.items()}
     text = "; ".join(f"G={g}: {fmt.score_text(s)}" for g, s in sorted(best.items()))
     inside = [s for g, s in best.items() if c["low"] <= g <= c["high"]]
     larger = [s for g, s in best.items() if g > c["high"]]

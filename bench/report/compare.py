@@ -197,8 +197,8 @@ def compare_markdown(suites: list[Suite]) -> str:
     differ, same = environment_rows(suites)
     header, rows = headline_rows(suites)
     parts = [f"# Comparison: {' vs '.join(names)}", "",
-             "Folders: " + ", ".join(f"`{s.suite_dir.resolve()}`" for s in suites) + f". Differences are each folder minus "
-             f"the first ({names[0]}).", "", "## Environment differences", ""]
+             "Folders: " + ", ".join(f"`{s.suite_dir.resolve()}`" for s in suites)
+             + f". Differences are each folder minus the first ({names[0]}).", "", "## Environment differences", ""]
     parts += [_md_table(["field", *names], differ) if differ else "None recorded.", "", "## Headline numbers", "",
               _md_table(header, rows), "", "## Environment in common", ""]
     parts += [_md_table(["field", "value"], [r[:2] for r in same]) if same else "Nothing in common was recorded.", ""]

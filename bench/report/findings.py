@@ -167,7 +167,8 @@ def _paired_findings(suite: Suite) -> list[Finding]:
     out = []
     for t in sorted(significant, key=lambda t: t["p_holm"])[:MAX_PAIR_FINDINGS]:
         out.append(Finding(
-            f"{t['a']} vs {t['b']}: {100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
+            f"{t['a']} vs {t['b']}: {100 * t['diff']:+.1f} pp "
+            f"[{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
             f" significant", f"McNemar on {t['n']:,} paired questions, Holm-adjusted p = "
             f"{fmt.p_value_text(t['p_holm'])}; 95% paired-bootstrap interval"))
     quiet = [t for t in tests if t not in significant]

@@ -187,7 +187,8 @@ def phase_memory_table(suite: Suite) -> fmt.Table:
                 cells.append(f"{peak / fmt.MIB:,.1f}")
         rows.append(cells)
     notes = ["MiB. GPU sources: the phase's peak reading. "
-             + ("CPU (cpu-rss): the phase's highest resident-memory reading minus the reading after the models were "
-                "loaded (Δ, can be negative), because the Python runtime dominates the absolute figure." if cpu else "")]
+             + ("CPU (cpu-rss): the phase's highest resident-memory reading minus the reading after the models "
+                "were loaded (Δ, can be negative), because the Python runtime dominates the absolute figure."
+                if cpu else "")]
     return fmt.Table(["run", "source", *[f"{p} (MiB)" for p in columns]], rows, notes=notes)
 
