@@ -88,13 +88,19 @@ def validate_engine(spec: Any, cfg: EngineConfig, key: str) -> None:
 
 
 def engine_description(spec: Any, cfg: EngineConfig) -> dict[str, str]:
-    """Dry-run lines every engine method shares: updates per rollout and micro-batch size."""
+    """Dry-run lines every engine method shares: updates per rollout, micro-batch size and LoRA (when on)."""
     per_step = spec.completions_per_step
     minibatch = per_step // cfg.minibatches
     micro = spec.train.micro_batch_size or minibatch
-    return {"updates per rollout": f"{cfg.ppo_epochs * cfg.minibatches} ({cfg.ppo_epochs} epoch(s) x "
-                                   f"{cfg.minibatches} minibatch(es) of {minibatch} completions)",
-            "micro-batch": f"{min(micro, minibatch)} sequences per forward/backward"}
+    lines = {"updates per rollout": f"{cfg.ppo_epochs * cfg.minibatches} ({cfg.ppo_epochs} epoch(s) x "
+                                    f"{cfg.minibatches} minibatch(es) of {minibatch} completions)",
+             "micro-batch": f"{min(micro, minibatch)} sequences per forward/backward"}
+    lora = spec.train.lora
+    if lora.enabled:
+        lines["lora"] = (f"rank {lora.r}, alpha {lora.alpha} on {lora.target_modules}: the actor trains adapters only; "
+                         f"a reference is its base with adapters off (no copy); PPO's critic "
+                         f"{'has its own adapters + a trained value head' if lora.critic else 'trains every weight'}")
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------
