@@ -165,7 +165,8 @@ is under <a href="#networks">Networks resident while training</a>, decoding unde
 {% if scaling_tables %}
 <h2 id="scaling">Scaling (sweep)</h2>
 <p class="meta">{{ intro("scaling") }}</p>
-{% for t in scaling_tables %}
+{% for title, t in scaling_tables.items() %}
+<h3>{{ title }}</h3>
 <div class="scroll"><table>
 <tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr>{% for c in row %}{{ cell(c) }}{% endfor %}</tr>{% endfor %}
@@ -327,7 +328,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
     stages, samples = tables.stage_rows(suite), _samples(suite)
     claims_table, headline_table = claims.claims_table(suite), overview.headline_table(suite)
     phase_share, phase_memory = overview.phase_share_table(suite), overview.phase_memory_table(suite)
-    scaling_tables = scaling.scaling_tables(suite)
+    scaling_tables = scaling.titled_scaling_tables(suite)
     has = {"paired": bool(paired), "differs": bool(differs_rows), "phases": bool(phase_rows),
            "stages": bool(stages), "samples": bool(samples), "claims": bool(claims_table),
            "headline": bool(headline_table), "phase_share": bool(phase_share), "phase_memory": bool(phase_memory),

@@ -128,12 +128,12 @@ def cite_lines(suite: Suite) -> list[str]:
 
 def scaling_lines(suite: Suite) -> list[str]:
     """'Scaling (sweep)': every table of bench.report.scaling in turn; nothing without sweep runs."""
-    found = scaling.scaling_tables(suite)
+    found = scaling.titled_scaling_tables(suite)
     if not found:
         return []
     lines = ["## Scaling (sweep)", "", INTROS["scaling"], ""]
-    for table in found:
-        lines += [_md_table(table.header, table.rows), ""]
+    for title, table in found.items():
+        lines += [f"### {title}", "", _md_table(table.header, table.rows), ""]
         lines += [f"> **Warning:** {_md_cell(w)}" for w in table.warnings] + ([""] if table.warnings else [])
         lines += [f"- {_md_cell(n)}" for n in table.notes] + ([""] if table.notes else [])
     return lines
