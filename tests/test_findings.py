@@ -181,3 +181,15 @@ def test_a_gpu_run_gets_a_vram_verdict_and_gpu_wording(tmp_path: Path) -> None:
     row = claims_table(suite, [claims["ppo-doubles-vram"]]).rows[0]
     assert row[-1] == NOT_SUPPORTED and "(cuda-allocated)" in row[3] and "1.03×" in row[3]
     assert any("peak GPU memory" in f.text for f in findings(suite))
+
+
+def test_the_runner_records_the_run_and_resume_commands(tmp_path: Path) -> None:
+    """suite.json 'commands': the resume line as the CLI builds it, and the same without --out FOLDER --resume."""
+    from bench.runner import prepare_suite_dir
+    from bench.spec import load_spec
+
+    spec = load_spec("cpu-quick", [])
+    resume = f"bench run --preset cpu-quick --out '{tmp_path / 'a b'}' --resume train.steps=2 'seeds=[0,1]'"
+    prepare_suite_dir(spec, tmp_path / "a b", [], resume=False, resume_command=resume)
+    commands = json.loads((tmp_path / "a b" / "suite.json").read_text())["commands"]
+    assert commands == {"run": "bench run --preset cpu-quick train.steps=2 'seeds=[0,1]'", "resume": resume}
