@@ -148,3 +148,19 @@ def test_lora_specs_for_the_engine() -> None:
     assert preset.train.lora.enabled and preset.train.lora.r == 32 and preset.train.lora.critic
     with pytest.raises(SpecError, match="^'train.lora.target_modules' must be 'all-linear' or comma-separated"):
         load_spec("cpu-quick", ["train.lora.target_modules=q-proj"])
+
+
+def test_bf16_lora_reference_equals_the_untrained_actor(tmp_path, model_dirs):  # noqa: F811
+    """Under bf16 autocast the shared reference runs the actor's own fp32 base: at the first step (adapters' B at
+    0) its log-probs equal the actor's exactly, so the first KL is exactly 0 (a bf16 copy would differ a little)."""
+    ctx = _lora_context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config(missing_eos_penalty=1.0))
+    ctx.spec.model.dtype = "bfloat16"
+    ctx.spec.train.steps = 1
+    initial = _initial_weights(model_dirs[0])
+    torch.manual_seed(0)
+    outcome = grpo_engine.train(ctx)
+    assert outcome.log_history[0]["kl"] == 0.0
+    base, _ = _split(dict(outcome.networks["actor"].named_parameters()), "base_model.model.")
+    _assert_base_unchanged(base, initial)
+    assert outcome.settings["precision"]["reference"]["storage"] == "float32"
+    assert outcome.settings["precision"]["reference"]["compute"] == "bfloat16 autocast"
