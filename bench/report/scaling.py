@@ -456,8 +456,10 @@ def _time_figure(points: list[Point], axes: dict[str, list[Any]], key: str, out_
     left.set_ylabel("s / step (median, warm-up left out)")
     right.set_title(f"generated tokens/s vs {label}")
     right.set_ylabel("tokens / s")
+    values = sorted({p.values[key] for p in line})
     for ax in (left, right):
         ax.set_xlabel(label)
+        ax.set_xticks(values)  # the swept values only: G 2.5 was not run
         if ax.has_data():
             ax.legend(fontsize=7)
     name = f"scaling_time_{key.rsplit('.', 1)[-1]}.png"
