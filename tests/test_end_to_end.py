@@ -230,3 +230,18 @@ def test_report_statistics_from_the_real_files(suite: Path) -> None:
     assert frame["accuracy_after_suite_strict"].notna().all()
     for control in control_checks(loaded):  # the control arm, when the preset runs it: lr 0 moves nothing
         assert control["passed"] is True, control
+
+
+def test_the_report_passes_the_browser_check(suite: Path) -> None:
+    """The end-to-end report opened in headless Chromium: no console error, every image decodes, every section."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("chromium") and not shutil.which("chromium-browser"):
+        pytest.skip("no Chromium on this machine (.ci/run installs it: apt-get install -y chromium)")
+    repo = Path(__file__).resolve().parents[1]
+    shot = suite / "screenshot.png"
+    proc = subprocess.run(["bash", str(repo / "scripts" / "check_report.sh"), str(suite), str(shot)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert shot.is_file() and shot.stat().st_size > 10_000
