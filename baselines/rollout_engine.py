@@ -186,8 +186,6 @@ class AdapterOffReference(nn.Module):
     ``train()`` / ``eval()`` leave the modules alone: they are the actor's, whose mode the engine sets itself.
     """
 
-    shares_weights_with = "actor"
-
     def __init__(self, actor: nn.Module) -> None:
         super().__init__()
         self.model = actor.get_base_model()

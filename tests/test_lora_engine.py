@@ -58,6 +58,7 @@ def test_ppo_with_lora_trains_adapters_and_value_head_only(tmp_path, model_dirs)
     from transformers import AutoModel
 
     ctx = _lora_context(tmp_path, model_dirs, "ppo", ppo.Config(reward="model", minibatches=2))
+    ctx.spec.train.gradient_checkpointing = True  # adapters inside checkpointed blocks still get gradients
     initial = _initial_weights(model_dirs[0])
     initial_backbone = {k: v.clone() for k, v in AutoModel.from_pretrained(model_dirs[0]).state_dict().items()}
     outcome = ppo.train(ctx)
@@ -72,6 +73,7 @@ def test_ppo_with_lora_trains_adapters_and_value_head_only(tmp_path, model_dirs)
     head = {n: critic_base.pop(n) for n in ("head.weight", "head.bias")}
     _assert_base_unchanged(critic_base, initial_backbone)
     assert critic_adapters and all(p.requires_grad for p in [*critic_adapters.values(), *head.values()])
+    assert any(p.abs().sum() > 0 for n, p in critic_adapters.items() if "lora_B" in n)
     assert not any(p.requires_grad for p in outcome.networks["reward"].parameters())  # the reward model: frozen
 
     acc = account_networks(outcome.networks, outcome.optimizers)
