@@ -162,7 +162,7 @@ def _method_numeric_fields() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("value", ["-1", "nan"])
 def test_every_numeric_method_field_has_a_range(method: str, name: str, value: str) -> None:
     """A recipe's validate covers each number of its Config: a new field without a rule fails here."""
-    message = _error([f"methods.{method}.{name}={value}"])
+    message = _error([f"methods.{method}.enabled=true", f"methods.{method}.{name}={value}"])  # control is opt-in
     assert message.startswith(f"'methods.{method}.{name}' must be "), message
     assert message.endswith((f"got {value}", f"got {float(value)}", f"got '{value}'")), message
 
