@@ -19,6 +19,7 @@ from bench.context import MethodConfig, RunContext, TrainOutcome
 from bench.data import prompts_for_steps
 from bench.rewards import make_reward_functions
 from bench.results import curve_names
+from bench.telemetry.trl_hooks import monitor_curve_names, monitor_problems, with_monitors
 
 if TYPE_CHECKING:
     from trl import GRPOConfig
@@ -74,9 +75,10 @@ def describe(spec: Any, cfg: Config) -> dict[str, str]:
 
 CURVE_NAMES = curve_names({
     "reward": "reward", "reward_std": "reward_std", "rewards/accuracy/mean": "accuracy_reward",
-    "rewards/format/mean": "format_reward", "kl": "kl", "loss": "loss", "entropy": "entropy",
-    "completions/mean_length": "completion_length", "frac_reward_zero_std": "zero_std_groups",
-    "learning_rate": "learning_rate",
+    "rewards/format/mean": "format_reward", "rewards/length_penalty/mean": "length_penalty_reward",
+    "kl": "kl", "loss": "loss", "entropy": "entropy", "frac_reward_zero_std": "zero_std_groups",
+    "clip_ratio/region_mean": "clipfrac", "grad_norm": "grad_norm", "learning_rate": "learning_rate",
+    **monitor_curve_names(),  # bench.monitors via with_monitors, and TRL's completions/mean_length, clipped_ratio
 })
 """TRL GRPOTrainer log key -> the suite's curve metric name (bench.results.METRIC_NAMES)."""
 
@@ -137,6 +139,9 @@ def train(ctx: RunContext) -> TrainOutcome:
 
     reward_funcs, weights = make_reward_functions(r.accuracy_weight, r.format_weight, r.length_threshold,
                                                   r.length_penalty, count_tokens)
+    # The training-dynamics monitors ride on the accuracy function (it gets the gold column): TRL hands it
+    # log_metric, and the monitors land in log_history as monitors/<name> (bench.telemetry.trl_hooks).
+    reward_funcs[0] = with_monitors(reward_funcs[0])
     config = grpo_config(ctx)
     config.reward_weights = weights
     # TRL merges the policy's own generation_config into its sampling config (fields left None, e.g. min_p or
@@ -148,6 +153,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=lora_config(spec))
     run_trainer(ctx, trainer, t.steps)
+    problems = monitor_problems(trainer.reward_funcs, trainer.state.log_history)
     counters = ctx.telemetry.counters
     resident = trainer_networks(trainer, uses_reference=config.beta != 0)
     return TrainOutcome(
@@ -163,4 +169,5 @@ def train(ctx: RunContext) -> TrainOutcome:
                   "kl_bias_correction": config.use_bias_correction_kl,
                   "generation": decoding_settings(spec.generation),
                   "precision": trl_precision(spec, resident)},
+        metrics={"monitor_problems": "; ".join(problems)} if problems else {},
     )
