@@ -17,8 +17,11 @@ Two kinds of terms:
   (generation, reward, reference, critic, update):
 
   * bf16 working copies of trained weights: under bf16 autocast, ``torch.autocast`` caches a bf16 cast of every
-    float32 leaf weight a matmul uses (2 bytes x linear weights, LM head included) for the whole autocast region
-    — a generate call, a forward — whether or not gradients are on.
+    float32 leaf weight that requires grad a matmul uses (2 bytes x linear weights, LM head included) for the
+    whole autocast region — a forward — whether or not gradients are on. Generation differs by engine
+    (``generation_weight_casts``): the suite's engine samples with the cache off, so only the one weight being
+    multiplied has a transient bf16 cast (the largest: 2 x the LM head); TRL's trainers run each decoding forward
+    in its own cached autocast region (accelerate wraps ``forward``), so the whole copy is there at its end.
   * activations saved for backward per micro-batch, per token per layer (Korthikanti et al. 2022,
     "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198, section 4: count the
     tensors each op saves for its backward pass), adapted to the Hugging Face Llama / Qwen2 layer as the suite
@@ -413,6 +416,22 @@ def update_activations(shape: Shape, method: str, s: Settings, roles: tuple[str,
     return sum(activation_bytes(shape, compute, tokens, checkpointing, head) for r in roles if r in TRAINED_ROLES)
 
 
+def generation_weight_casts(shape: Shape, method: str, s: Settings, actor: NetworkMemory, sharded: int = 1) -> int:
+    """bf16 weight casts alive at the generation peak, bytes (0 in float32).
+
+    The suite's engine samples under autocast with its weight cache off (``Engine.sample``): each fp32 weight is
+    cast when its matmul runs and freed after it, so at most one cast is alive, the largest linear (2 bytes x
+    the LM head for an LM). TRL's trainers keep the cache within each decoding forward: the actor's whole working
+    copy (``actor.working_copy_bytes``, 1/N of it per GPU under ZeRO-3).
+    """
+    if s.dtype == "float32":
+        return 0
+    if method in ENGINE_METHODS:
+        largest = max([n_in * n_out for n_in, n_out in shape.layer_linears()] + [shape.vocab * shape.hidden])
+        return DTYPE_BYTES["bfloat16"] * largest
+    return math.ceil(actor.working_copy_bytes / sharded)
+
+
 def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory],
             share: int = 1, sharded: int = 1) -> dict[str, dict[str, int]]:
     """Bytes each phase adds on top of the static total; ``share``: GPUs the rollout is split over; ``sharded``:
@@ -429,7 +448,7 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
         gen = {"kv_cache": kv_cache_bytes(shape, compute, rollout, seq_len),
                "sampling_logits": 3 * 4 * shape.vocab * rollout,
                "prefill_working": forward_working_bytes(shape, compute, rollout * s.prompt_tokens),
-               "actor_working_copy": copies["actor"]}
+               "actor_working_copy": generation_weight_casts(shape, method, s, nets["actor"], sharded)}
         phases["generation"] = gen
         if "reward" in nets:
             phases["reward"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len)

@@ -55,7 +55,11 @@ def test_every_term_of_a_small_ppo_step_matches_hand_arithmetic():
     # One layer's no-grad working set per token: 3 x 2 x 16 (MLP) + 2 x (8 + 2 x 4) (q, k, v) + 2 x 4 x 8 = 192 B;
     # the prefill covers 4 x 3 prompt tokens.
     assert gen["prefill_working"] == 12 * 192
-    assert gen["total"] == 1536 + 1536 + 2304 + 2816
+    # The engine samples with autocast's weight cache off: one transient bf16 cast, the largest linear (the LM
+    # head 32 x 8 = 256 elements x 2 B); TRL's GRPO caches within each decoding forward: the whole copy.
+    assert gen["actor_working_copy"] == 512
+    assert predict(SMALL, "grpo", SMALL_SETTINGS).phases["generation"]["actor_working_copy"] == 2816
+    assert gen["total"] == 1536 + 1536 + 2304 + 512
 
     # Scoring forwards see one micro-batch: 2 sequences x 8 tokens = 16 tokens.
     assert p.phases["reward"]["total"] == 16 * 192 + 16 * 8 * 2  # + the last hidden state in bf16

@@ -345,3 +345,29 @@ def test_micro_batches_give_the_minibatch_gradient(tmp_path, model_dirs):
     naive = torch.cat([p.grad.flatten() for net in (engine.actor, engine.critic)
                        for p in net.parameters() if p.grad is not None])
     assert not torch.allclose(naive, grads[0], atol=1e-5)
+
+
+def test_sampling_autocast_keeps_no_weight_cache(tmp_path, model_dirs, monkeypatch):
+    """Under a bfloat16 spec the actor (fp32, requires_grad) generates under bf16 autocast with the weight cache
+    off: a cached bf16 copy of every trained weight would stay resident for the whole generate call (13 GiB at
+    7B). Training forwards keep the cache (their backward reuses the cast)."""
+    from baselines import rollout_engine
+
+    ctx = _context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config(beta=0.0))
+    ctx.spec.model.dtype = "bfloat16"
+    engine = rollout_engine.Engine(ctx, ctx.method_spec, kl_coef=0.0)
+    assert any(p.dtype == torch.float32 and p.requires_grad for p in engine.actor.parameters())
+    seen: list[tuple[bool, bool]] = []
+    original = rollout_engine.generate
+
+    def recording(*args, **kwargs):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.is_autocast_cache_enabled()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rollout_engine, "generate", recording)
+    batch = engine.sample(1)
+    assert len(batch) == PROMPTS * G
+    assert seen == [(True, False)]  # bf16 autocast on, its weight cache off
+    with engine.autocast():
+        assert torch.is_autocast_cache_enabled()  # training forwards: unchanged
+    assert torch.is_autocast_cache_enabled()  # the global flag is restored after sampling

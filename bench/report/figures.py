@@ -103,8 +103,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "unknown"
 
 
-def accuracy_figure(suite: Suite, out_dir: Path, mode: str = "strict") -> FigureInfo | None:
-    """Accuracy before / after per method run with 95% Wilson intervals as error bars."""
+def accuracy_figure(suite: Suite, out_dir: Path, mode: str | None = None) -> FigureInfo | None:
+    """Accuracy before / after per method run with 95% Wilson intervals as error bars, in ``mode`` (default:
+    the folder's headline mode); the file is ``accuracy_<mode>.png`` and the caption names the mode."""
+    mode = mode or suite.headline_mode
     runs = [r for r in suite.methods if fmt.score(r, "before", mode) or fmt.score(r, "after", mode)]
     if not runs:
         return None
@@ -143,7 +145,9 @@ def accuracy_figure(suite: Suite, out_dir: Path, mode: str = "strict") -> Figure
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     name = _save(fig, out_dir, f"accuracy_{mode}.png")
-    return FigureInfo(name, f"Held-out accuracy ({mode} extraction) before and after training, 95% Wilson intervals.")
+    role = "headline mode" if mode == suite.headline_mode else "second mode"
+    return FigureInfo(name, f"Held-out accuracy, scoring mode {fmt.mode_note(mode)} ({role}), before and after "
+                            f"training, 95% Wilson intervals.")
 
 
 def _measured(run: Run, source: str) -> dict[str, float | None]:
@@ -385,12 +389,17 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     return FigureInfo(name, "Training curves against optimizer step (" + ", ".join(present) + ").")
 
 
+def _figure_modes(suite: Suite) -> tuple[str, str]:
+    """The folder's headline mode, then the other of the suite's own pair (as the per-run table shows them)."""
+    headline = getattr(suite, "headline_mode", None) or fmt.HEADLINE_MODE
+    return headline, ("suite-flexible" if headline != "suite-flexible" else "suite-strict")
+
+
 def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     """Draw every figure there is data for into ``out_dir``; returns them in page order."""
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: list[FigureInfo | None] = [
-        accuracy_figure(suite, out_dir, "strict"),
-        accuracy_figure(suite, out_dir, "flexible"),
+        *(accuracy_figure(suite, out_dir, mode) for mode in _figure_modes(suite)),
         *memory_figures(suite, out_dir),
         throughput_figure(suite, out_dir),
         phases_figure(suite, out_dir),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import stats
-from bench.report import fmt, tables
+from bench.report import dynamics, fmt, tables
 from bench.report.load import Run, Suite
 
 ALPHA = 0.05
@@ -24,6 +24,8 @@ SAME_MEMORY = 0.05
 """Two static totals within 5% of each other are "the same" (no finding)."""
 MAX_PAIR_FINDINGS = 3
 """Significant pairs listed one by one; the rest are counted, so the list stays short."""
+MAX_FLAG_FINDINGS = 3
+"""Monitor flags quoted in the findings; the rest are counted (all are listed under Results per method)."""
 CRITIC = "critic"
 
 
@@ -169,12 +171,13 @@ def _paired_findings(suite: Suite) -> list[Finding]:
         out.append(Finding(
             f"{t['a']} vs {t['b']}: {100 * t['diff']:+.1f} pp "
             f"[{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
-            f" significant", f"McNemar on {t['n']:,} paired questions, Holm-adjusted p = "
+            f" significant", f"{headline_mode(suite)}, McNemar on {t['n']:,} paired questions, Holm-adjusted p = "
             f"{fmt.p_value_text(t['p_holm'])}; 95% paired-bootstrap interval"))
     quiet = [t for t in tests if t not in significant]
     summary = f"Of {len(tests)} method pair(s), {len(significant)} differ significantly"
     summary += f" (the largest {len(out)} above)" if out and len(significant) > len(out) else ""
-    basis = f"McNemar, Holm-adjusted over {len(tests)} pairs, α = {ALPHA}; every pair under Paired tests"
+    basis = (f"{headline_mode(suite)}, McNemar, Holm-adjusted over {len(tests)} pairs, α = {ALPHA}; every pair under "
+             f"Paired tests")
     if quiet:
         t = max(quiet, key=lambda t: abs(t["diff"]))
         p = fmt.p_value_text(t["p_holm"]) if t["p_holm"] is not None else "n/a"
@@ -203,7 +206,8 @@ def _start_findings(suite: Suite) -> list[Finding]:
              f"declined significantly: {names(down)}" if down else "",
              f"not significantly changed: {names(flat)}" if flat else ""]
     return [Finding("Against the starting checkpoint, " + "; ".join(p for p in parts if p),
-                    f"McNemar on the same {tests[0]['n']:,} questions, Holm-adjusted over {len(tests)} runs, "
+                    f"{headline_mode(suite)}, McNemar on the same {tests[0]['n']:,} questions, Holm-adjusted over "
+                    f"{len(tests)} runs, "
                     f"α = {ALPHA}")]
 
 
@@ -221,6 +225,26 @@ def _speed_findings(suite: Suite) -> list[Finding]:
                     f"({lo:,.1f})", f"one run each, per second of training time{caveat}")]
 
 
+def _reward_model_findings(suite: Suite) -> list[Finding]:
+    """Beside PPO (reward model)'s accuracy: a chance-level reward model, and reward over-optimisation."""
+    out = [Finding(w, "reward-model stage, held-out pairs, 95% Wilson interval")
+           for w in tables.reward_model_warnings(suite)]
+    out += [Finding(w, "rm_score and accuracy_reward on the same rollouts, first vs last fifth of logged steps; "
+                       "one run, no interval") for w in dynamics.overoptimisation_table(suite).warnings]
+    return out
+
+
+def _monitor_findings(suite: Suite) -> list[Finding]:
+    """One line when some run's training monitors crossed a declared threshold (bench.monitors.run_flags)."""
+    lines = dynamics.flag_lines(suite)
+    if not lines:
+        return []
+    runs = list(dict.fromkeys(line.split(": ", 1)[0] for line in lines))
+    return [Finding(f"Training monitors flagged {len(runs)} run(s): " + "; ".join(lines[:MAX_FLAG_FINDINGS])
+                    + (f"; and {len(lines) - MAX_FLAG_FINDINGS} more" if len(lines) > MAX_FLAG_FINDINGS else ""),
+                    "bench.monitors thresholds; every flag under Results per method")]
+
+
 def _failure_findings(suite: Suite) -> list[Finding]:
     bad = [r for r in suite.methods if r.status != "ok"]
     if not bad:
@@ -234,4 +258,5 @@ def _failure_findings(suite: Suite) -> list[Finding]:
 def findings(suite: Suite) -> list[Finding]:
     """The findings, most important first: failures, memory, accuracy differences, accuracy, speed."""
     return (_failure_findings(suite) + _memory_findings(suite) + _peak_findings(suite) + _paired_findings(suite)
-            + _start_findings(suite) + _accuracy_findings(suite) + _speed_findings(suite))
+            + _start_findings(suite) + _accuracy_findings(suite) + _reward_model_findings(suite)
+            + _monitor_findings(suite) + _speed_findings(suite))

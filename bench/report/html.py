@@ -124,6 +124,7 @@ table.claims col.measured { width: 27%; } table.claims col.verdict { width: 10%;
 {% if row.error %}<tr><td class="error" colspan="{{ headline_columns|length }}">{{ row.error }}</td></tr>{% endif %}
 {% endfor %}
 </table></div>
+<ul class="notes">{% for n in mode_notes %}<li>{{ n }}</li>{% endfor %}</ul>
 {% for w in weight_warnings %}<p class="warning"><strong>Warning:</strong> {{ w }}</p>{% endfor %}
 {% else %}<p>No method runs were planned or found.</p>{% endif %}
 
@@ -179,7 +180,7 @@ is under <a href="#networks">Networks resident while training</a>, decoding unde
 {% if stages %}
 <h2 id="stages">Shared stages</h2>
 <div class="scroll"><table>
-<tr><th>stage</th><th>status</th><th>accuracy after (strict)</th><th>wall time</th><th>metrics</th></tr>
+<tr><th>stage</th><th>status</th><th>accuracy after ({{ suite.headline_mode }})</th><th>wall time</th><th>metrics</th></tr>
 {% for s in stages %}
 <tr><td>{{ s.stage }}</td><td>{{ s.status }}</td><td>{{ s.accuracy }}</td><td>{{ s.wall }}</td>
 <td>{% for k, v in s.metrics %}{{ k }} = {{ v }}{% if not loop.last %}<br>{% endif %}{% else %}—{% endfor %}</td></tr>
@@ -338,9 +339,10 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         description=fmt.cap_text(suite.description),
         toc=_toc(detail, figures, has),
         missing=fmt.MISSING,
-        headline_columns=summary.HEADLINE_COLUMNS,
+        headline_columns=summary.headline_columns(suite),
+        mode_notes=summary.mode_notes(suite),
         headline=summary.headline_rows(suite),
-        weight_warnings=tables.weight_change_warnings(suite),
+        weight_warnings=tables.run_warnings(suite),
         detail=detail,
         intro=summary.intro,
         findings=findings.findings(suite),

@@ -5,6 +5,9 @@ is stored and computed (``settings["precision"]``: fp32 master weights under bf1
 copy), and what each costs. Bytes come from ``memory["networks"]`` (bench.telemetry.accounting: counted from
 the live modules and the optimizer's real state tensors), so every byte column is labelled "accounting".
 
+A network that reuses another's weights (``shared_with``, e.g. a LoRA reference: the actor's base with adapters
+disabled) is shown as "shared with actor (0 B own weights)", not as a second copy.
+
 Two accounting flags change what a number means, and the table says so instead of printing a bare figure:
 ``optimizer_state_materialized: False`` with 0 bytes means the optimizer had not stepped when it was counted
 (not measured, not zero); ``grad_materialized: False`` means some gradients were counted from parameter shapes
@@ -35,6 +38,11 @@ NOTE_NO_STEP = (f"'{NO_STEP}': the optimizer state was empty when the run counte
                 "its size is unknown, not zero.")
 
 
+NOTE_SHARED = ("'shared with actor': the network reuses the actor's weights (under LoRA, the reference is the "
+               "actor's base model with its adapters disabled), so it holds no copy of its own; its parameters are "
+               "counted once, under the actor.")
+
+
 def _networks(run: Run) -> dict[str, dict[str, Any]]:
     nets = run.result.get("memory", {}).get("networks") or {}
     return {k: v for k, v in nets.items() if isinstance(v, dict)}
@@ -50,6 +58,31 @@ def _roles(run: Run) -> list[str]:
     return [r for r in ROLES if r in found] + [r for r in found if r not in ROLES]
 
 
+def shared_with(entry: dict[str, Any] | None, policy: dict[str, Any] | None = None) -> list[str]:
+    """The earlier roles whose weights this network reuses (``memory.networks.<net>.shared_with``, else the
+    precision policy's): ['actor'] for a LoRA reference that is the actor's base with adapters disabled."""
+    for found in ((entry or {}).get("shared_with"), (policy or {}).get("shared_with")):
+        if isinstance(found, str) and found:
+            return [found]
+        if isinstance(found, (list, tuple)) and found:
+            return [str(f) for f in found]
+    return []
+
+
+def role_text(role: str, entry: dict[str, Any] | None, policy: dict[str, Any] | None = None) -> str:
+    """'reference: shared with actor (0 B own weights)' for a network that reuses another's weights, else the role.
+
+    Under LoRA the engine's reference is the actor with adapters disabled: one copy of the weights serves both,
+    so the row must not read as a second copy."""
+    shared = shared_with(entry, policy)
+    if not shared:
+        return role
+    own = fmt.num((entry or {}).get("weight_bytes"))
+    own_text = "0 B own weights" if own == 0 else (f"{fmt.mib_number(own)} MiB own weights" if own is not None
+                                                   else "own weights not recorded")
+    return f"{role}: shared with {', '.join(shared)} ({own_text})"
+
+
 def _params_text(entry: dict[str, Any]) -> str:
     """'66,176', plus the trained share when it is not all ('66,176 (1,024 trained)' with LoRA) and the
     elements shared with an earlier role (a LoRA reference is the actor's frozen base: counted once)."""
@@ -59,7 +92,8 @@ def _params_text(entry: dict[str, Any]) -> str:
         text += f" ({int(trained):,} trained)"
     shared = fmt.num(entry.get("shared_params"))
     if shared:
-        text += f" (+{int(shared):,} shared with an earlier network, counted there)"
+        owners = ", ".join(shared_with(entry)) or "an earlier network"
+        text += f" (+{int(shared):,} shared with {owners}, counted there)"
     return text
 
 
@@ -96,7 +130,7 @@ def _row(name: str, role: str, entry: dict[str, Any] | None, policy: dict[str, A
         sizes = [fmt.mib_number(entry.get("weight_bytes")), _grad_text(entry), _optimizer_text(entry),
                  _total_text(entry)]
     params = fmt.NOT_MEASURED if entry is None else _params_text(entry)
-    return [name, role, params, storage, compute, opt_dtype, *sizes]
+    return [name, role_text(role, entry, policy), params, storage, compute, opt_dtype, *sizes]
 
 
 def _sum_row(name: str, entries: list[dict[str, Any]]) -> list[str]:
@@ -137,6 +171,8 @@ def network_table(suite: Suite) -> fmt.Table:
         notes.append(NOTE_FROM_SHAPES)
     if NO_STEP in flat:
         notes.append(NOTE_NO_STEP)
+    if any(": shared with " in row[1] for row in rows):
+        notes.append(NOTE_SHARED)
     return fmt.Table(list(HEADER), rows, notes)
 
 
@@ -151,4 +187,6 @@ def static_total_text(run: Run) -> str:
     total = _sum_row("", list(nets.values()))[-1]
     if total == fmt.MISSING:
         return fmt.NOT_MEASURED
-    return f"{total} MiB (accounting; {', '.join(r for r in _roles(run) if r in nets)})"
+    roles = [r + (f" shared with {', '.join(shared_with(nets[r]))}" if shared_with(nets[r]) else "")
+             for r in _roles(run) if r in nets]
+    return f"{total} MiB (accounting; {', '.join(roles)})"

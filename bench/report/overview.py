@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import mean
 
-from bench.report import fmt
+from bench.report import fmt, tables
 from bench.report.findings import accuracy, headline_mode, network_bytes
 from bench.report.load import Run, Suite
 from bench.results import PHASES
@@ -21,6 +21,8 @@ HEADLINE_HEADER = [
     "s/step (median)", "tokens/s", "completions/s", "accuracy before → after (95% CI)", "n questions", "seeds",
     "status",
 ]
+ACCURACY_COLUMN = "accuracy before → after (95% CI)"
+"""Template of the accuracy column; :func:`headline_table` puts the headline mode into it."""
 LOWER_IS_BETTER = {2: "static", 3: "peak", 4: "step"}
 HIGHER_IS_BETTER = {5: "tokens", 6: "completions", 7: "accuracy"}
 
@@ -109,7 +111,11 @@ def headline_table(suite: Suite) -> MarkedTable:
              "peak memory: the highest reading of the whole run from the named source."]
     if len(rows) < 2:
         best = set()
-    return MarkedTable(list(HEADLINE_HEADER), rows, notes=notes, best=best) if rows else MarkedTable([], [])
+    header = [f"accuracy {headline_mode(suite)} before → after (95% CI)" if h == ACCURACY_COLUMN else h
+              for h in HEADLINE_HEADER]  # the column names the mode its numbers use
+    # The reward model's chance-level warning sits beside PPO (reward model)'s row, where its accuracy is read.
+    return (MarkedTable(header, rows, notes=notes, warnings=tables.reward_model_warnings(suite), best=best)
+            if rows else MarkedTable([], []))
 
 
 def _best(values: list[dict[int, float | None]], sources: list[str | None]) -> set[tuple[int, int]]:

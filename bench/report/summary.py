@@ -15,16 +15,38 @@ from bench.report.load import Suite
 
 # --- rows shared by summary.md and index.html ------------------------------------------------------------
 HEADLINE_COLUMNS = [
-    "method", "seed", "status", "accuracy strict (before → after, 95% CI)",
-    "accuracy flexible (before → after, 95% CI)", "peak memory (source)",
+    "method", "seed", "status", "accuracy {headline} (headline; before → after, 95% CI)",
+    "accuracy {second} (before → after, 95% CI)", "peak memory (source)",
     "static memory: weights + grads + optimizer (accounting)", "completions/s", "median s/step",
     "trained weights changed",
 ]
-"""Generated tokens/s, set-up, train and wall seconds are in the throughput table (bench.report.throughput)."""
+"""Column templates of the per-run table; :func:`headline_columns` fills in the scoring modes. Generated
+tokens/s, set-up, train and wall seconds are in the throughput table (bench.report.throughput)."""
+
+
+def row_modes(suite: Suite) -> tuple[str, str]:
+    """(headline mode, second mode) of the per-run table: the folder's headline mode first, then the other of
+    the suite's own pair (suite-strict <-> suite-flexible), so a reader sees how much extraction changes."""
+    headline = suite.headline_mode
+    second = "suite-flexible" if headline != "suite-flexible" else "suite-strict"
+    return headline, second
+
+
+def headline_columns(suite: Suite) -> list[str]:
+    """The per-run table's header with the scoring modes named ('accuracy suite-strict (headline; ...)')."""
+    headline, second = row_modes(suite)
+    return [c.format(headline=headline, second=second) for c in HEADLINE_COLUMNS]
+
+
+def mode_notes(suite: Suite) -> list[str]:
+    """One note per scoring mode the per-run table shows (fmt.mode_note), the headline mode first."""
+    headline, second = row_modes(suite)
+    return [f"Headline mode: {fmt.mode_note(headline)}.", f"Second column: {fmt.mode_note(second)}."]
 
 
 def headline_rows(suite: Suite) -> list[dict[str, Any]]:
     """Formatted headline cells per method run, plus ``error`` text for failed / missing runs."""
+    headline, second = row_modes(suite)
     rows = []
     for run in suite.methods:
         seed = run.result.get("seed")
@@ -33,8 +55,8 @@ def headline_rows(suite: Suite) -> list[dict[str, Any]]:
                 run.label,
                 fmt.MISSING if seed is None else str(seed),
                 fmt.status_text(run),
-                fmt.before_after_text(run, "strict"),
-                fmt.before_after_text(run, "flexible"),
+                fmt.before_after_text(run, headline),
+                fmt.before_after_text(run, second),
                 fmt.peak_memory_text(run),
                 networks.static_total_text(run),
                 fmt.generation_rate_text(run, "completions_per_s"),
@@ -88,7 +110,8 @@ INTROS = {
                "and completion length, and the memory model's prediction beside each measurement.",
     "paired": "Between methods on the same questions, within a seed: exact McNemar test, Holm-adjusted over every "
               "pair, and the difference with a 95% paired-bootstrap interval.",
-    "results": "One row per run (seed), both suite scoring modes and the share of trained weights that moved.",
+    "results": "One row per run (seed): accuracy in the headline scoring mode and in a second mode (each named "
+               "in its column), memory, speed and the share of trained weights that moved.",
 }
 """Intros of the sections this module adds; the others are tables.INTROS (owned with their tables)."""
 
@@ -103,7 +126,8 @@ KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation")
 
 TITLES = {"per_seed": "Accuracy per seed", "seed_tests": "Seed-level tests", "start_tests":
           "Against the starting checkpoint", "reward_model": "Reward model", "control": "Control arm (lr 0)",
-          "anchors": "Published anchors (external)"}
+          "anchors": "Published anchors (external)", "overoptimisation": "Reward over-optimisation (PPO, reward model)",
+          "dynamics": "Training dynamics", "monitors": "Reward-hacking monitors (final evaluation)"}
 """Section titles of the statistics tables (tables.detail_tables keys); an unknown key is titled from its name."""
 
 
@@ -159,13 +183,14 @@ def summary_markdown(suite: Suite) -> str:
     head = headline_rows(suite)
     if head:
         parts += ["## Results per method", "", intro("results"), "",
-                  _md_table(HEADLINE_COLUMNS, [r["cells"] for r in head]), ""]
+                  _md_table(headline_columns(suite), [r["cells"] for r in head]), ""]
+        parts += [f"- {_md_cell(n)}" for n in mode_notes(suite)] + [""]
         errors = [(r["cells"][0], r["cells"][1], r["error"]) for r in head if r["error"]]
         for label, seed, err in errors:
             parts.append(f"- **{_md_cell(label)}** (seed {seed}) failed: {_md_cell(err)}")
         if errors:
             parts.append("")
-        warnings = tables.weight_change_warnings(suite)
+        warnings = tables.run_warnings(suite)
         parts += [f"> **Warning:** {_md_cell(w)}" for w in warnings] + ([""] if warnings else [])
     else:
         parts += ["No method runs were planned or found.", ""]
@@ -187,7 +212,7 @@ def summary_markdown(suite: Suite) -> str:
     stages = tables.stage_rows(suite)
     if stages:
         parts += ["## Shared stages", "",
-                  _md_table(["stage", "status", "accuracy after (strict)", "wall time", "metrics"],
+                  _md_table(["stage", "status", f"accuracy after ({suite.headline_mode})", "wall time", "metrics"],
                             [[s["stage"], s["status"], s["accuracy"], s["wall"],
                               "; ".join(f"{k}={v}" for k, v in s["metrics"]) or fmt.MISSING] for s in stages]), ""]
     parts += _md_section("Max lengths and truncation", "lengths", detail["lengths"])

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import stats
-from bench.report import anchors, fmt, networks, seeds, settings, throughput
+from bench.report import anchors, dynamics, fmt, networks, seeds, settings, throughput
 from bench.report.load import Run, Suite, results_frame
 
 LOW_CHANGE = 0.5
@@ -35,14 +35,25 @@ def write_csv(suite: Suite, path: Path) -> Path:
     return fmt.write_text_atomic(path, text)  # never a half-written (or 0-byte) results.csv
 
 
+def run_warnings(suite: Suite) -> list[str]:
+    """Warning lines under the per-run results: lost weight updates, a chance-level reward model (beside PPO
+    (reward model)'s row) and the training monitors' flags (bench.monitors.run_flags per run)."""
+    return weight_change_warnings(suite) + reward_model_warnings(suite) + dynamics.flag_lines(suite)
+
+
 def weight_change_warnings(suite: Suite) -> list[str]:
-    """One warning per ok method run whose training changed under :data:`LOW_CHANGE` of its trained weights."""
+    """One warning per ok method run whose training changed under :data:`LOW_CHANGE` of its trained weights.
+
+    The control arm (learning rate 0) is left out: its 0% is the point of it, not a lost update.
+    """
     names = fmt.display_names(suite.methods)
     out = []
     for run in suite.methods:
         share = fmt.changed_fraction(run)
         if run.status != "ok" or share is None or share >= LOW_CHANGE:
             continue
+        if run.result.get("method") == CONTROL_METHOD:
+            continue  # lr 0 moves nothing by design; its check is control_table (after must equal before)
         how = fmt.training_change(run, "method") or "not recorded"
         total = fmt.num(fmt.training_change(run, "trainable_params"))
         count = f"; {int(total):,} trainable elements" if total is not None else ""
@@ -477,6 +488,12 @@ INTROS = {
     "start_tests": "Every method against the checkpoint it started from, on the same questions (McNemar, Holm).",
     "reward_model": "How well the learned reward model ranks held-out pairs: the signal PPO (reward model) trains on.",
     "control": "The control arm (learning rate 0): a check on the pipeline itself.",
+    "overoptimisation": "PPO against the learned reward model: the proxy it optimised (reward-model score) beside "
+                        "the verifier's reward on the same completions. A rising proxy with a falling verifier "
+                        "reward is reward over-optimisation.",
+    "dynamics": "What training did, per method: the last fifth of its logged steps (reward, KL to the reference, "
+                "entropy, completion length, zero-variance groups, clip fraction, gradient norm; PPO's critic).",
+    "monitors": "Reward-hacking and 'aha' monitors on the final evaluation's completions, per method.",
     "anchors": "Published numbers for this model, measured elsewhere under other conditions (external).",
 }
 """One line under each section title, shared by summary.md and index.html."""
@@ -487,7 +504,8 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
 
     The statistics tables of issue 9 follow the original five: per-seed values, the seed-level t-tests, each
     method against its start, the reward model's held-out accuracy, the control arm's check and the published
-    anchors. The between-method McNemar table is :func:`paired_tests_table` (placed by the page beside these).
+    anchors; then what training did (bench.report.dynamics: reward over-optimisation, training dynamics, the
+    final evaluation's monitors). The between-method McNemar table is :func:`paired_tests_table` (placed by the page beside these).
     """
     return {
         "seeds": seeds.across_seeds(suite),
@@ -499,6 +517,9 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
         "seed_tests": seeds.seed_tests_table(suite),
         "start_tests": start_tests_table(suite),
         "reward_model": reward_model_table(suite),
+        "overoptimisation": dynamics.overoptimisation_table(suite),
         "control": control_table(suite),
+        "dynamics": dynamics.dynamics_table(suite),
+        "monitors": dynamics.monitors_table(suite),
         "anchors": anchors.anchor_table(suite),
     }

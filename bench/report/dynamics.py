@@ -1,0 +1,199 @@
+"""What training did: training-dynamics and reward-hacking tables, monitor flags, and reward over-optimisation.
+
+Reads ``result["curves"]`` (one dict per logged step, canonical names from bench.results.METRIC_NAMES) and
+``result["monitors"]["eval"]`` (the final evaluation's monitors, bench.monitors.record_monitors). Imports no
+torch: bench.monitors is pure Python.
+
+- :func:`dynamics_table`: per method, the mean of the last fifth of its logged points (reward, KL, entropy,
+  completion length, zero-variance groups, clip fraction, gradient norm; PPO's value loss and explained
+  variance), averaged over ok seeds. The last fifth is the window bench.monitors.curve_flags judges a run by,
+  so the table and the flags read the same numbers.
+- :func:`monitors_table`: the final evaluation's reward-hacking and "aha" monitors per method.
+- :func:`flag_lines`: bench.monitors.run_flags per ok run, prefixed with the run's name (shown as warnings).
+- :func:`overoptimisation_table`: for a method trained against the learned reward model, its reward-model
+  score and the verifier's accuracy reward in the first and the last fifth of training: a proxy that rises
+  while the true reward falls is reward over-optimisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from statistics import mean
+from typing import Any
+
+from bench import monitors
+from bench.report import fmt
+from bench.report.load import Run, Suite
+from bench.results import METRIC_NAMES
+
+DYNAMICS = ("reward", "kl", "entropy", "completion_length", "zero_std_groups", "clipfrac", "grad_norm")
+"""Columns of the training-dynamics table for every online method."""
+PPO_DYNAMICS = ("value_loss", "explained_variance")
+"""Critic columns, shown when some method logged them (PPO)."""
+EVAL_MONITORS = ("empty_answer_rate", "format_only_rate", "repeated_ngram_rate", "answer_in_think_rate",
+                 "truncated_rate", "reflection_rate", "reflection_count", "completion_length")
+"""Columns of the reward-hacking monitors table (final evaluation), in the order a reader checks them."""
+SHORT = {"reward": "reward", "kl": "KL", "entropy": "entropy", "completion_length": "completion length",
+         "zero_std_groups": "zero-variance groups", "clipfrac": "clip fraction", "grad_norm": "grad norm",
+         "value_loss": "value loss", "explained_variance": "explained variance",
+         "empty_answer_rate": "empty answer", "format_only_rate": "right format, wrong answer",
+         "repeated_ngram_rate": "repeated 4-gram", "answer_in_think_rate": "answer in think block",
+         "truncated_rate": "truncated", "reflection_rate": "reflection (any phrase)",
+         "reflection_count": "reflection phrases", "rm_score": "reward-model score",
+         "accuracy_reward": "verifier accuracy reward"}
+"""Column names; the unit comes from METRIC_NAMES (shares print as %)."""
+
+
+def _is_share(name: str) -> bool:
+    metric = METRIC_NAMES.get(name)
+    return metric is not None and metric.unit.startswith("share")
+
+
+def _unit(name: str) -> str:
+    """'%' for a share, else the metric's unit without its gloss ('nats per token')."""
+    if _is_share(name):
+        return "%"
+    metric = METRIC_NAMES.get(name)
+    return metric.unit.split(" (")[0] if metric else ""
+
+
+def column(name: str) -> str:
+    """'KL (nats per token)', 'zero-variance groups (%)': the column name with its unit."""
+    unit = _unit(name)
+    return f"{SHORT.get(name, name)} ({unit})" if unit else SHORT.get(name, name)
+
+
+def value_text(name: str, value: float | None) -> str:
+    """A share as '12.5%', anything else to four significant digits; the dash when not logged."""
+    if value is None:
+        return fmt.MISSING
+    return fmt.pct(value) if _is_share(name) else f"{value:.4g}"
+
+
+def _points(run: Run) -> list[Mapping[str, Any]]:
+    curves = run.result.get("curves")
+    return [p for p in curves if isinstance(p, Mapping)] if isinstance(curves, list) else []
+
+
+def window_mean(points: Sequence[Mapping[str, Any]], name: str, first: bool = False) -> float | None:
+    """Mean of ``name`` over the last (or ``first``) fifth of the logged points (at least one point), over the
+    points in the window that carry it; None when none does. The window of bench.monitors.curve_flags."""
+    if not points:
+        return None
+    size = max(1, len(points) // 5)
+    window = points[:size] if first else points[-size:]
+    values = [fmt.num(p.get(name)) for p in window]
+    values = [v for v in values if v is not None]
+    return mean(values) if values else None
+
+
+def eval_monitors(run: Run) -> dict[str, float]:
+    """``result["monitors"]["eval"]`` as {name: number} (non-numbers left out); {} when the run has none."""
+    block = run.result.get("monitors")
+    found = block.get("eval") if isinstance(block, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    return {str(k): v for k, v in found.items() if fmt.num(v) is not None}
+
+
+def _by_label(suite: Suite, has: Any) -> dict[str, list[Run]]:
+    """Label -> its ok runs for which ``has(run)``, in suite order (labels without one left out)."""
+    out: dict[str, list[Run]] = {}
+    for run in suite.methods:
+        if run.status == "ok" and has(run):
+            out.setdefault(run.label, []).append(run)
+    return out
+
+
+def _mean_over(values: list[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return mean(found) if found else None
+
+
+def dynamics_table(suite: Suite) -> fmt.Table:
+    """Per method: the last-fifth mean of each dynamics metric, averaged over its ok seeds; PPO's critic columns
+    when some method logged them."""
+    groups = _by_label(suite, lambda r: bool(_points(r)))
+    if not groups:
+        return fmt.Table([], [])
+    logged = {n for runs in groups.values() for r in runs for p in _points(r) for n in p}
+    names = [n for n in DYNAMICS if n in logged] + [n for n in PPO_DYNAMICS if n in logged]
+    rows = []
+    for label, runs in groups.items():
+        cells = [value_text(n, _mean_over([window_mean(_points(r), n) for r in runs])) for n in names]
+        steps = max(len(_points(r)) for r in runs)
+        rows.append([label, str(len(runs)), fmt.int_text(steps), *cells])
+    notes = ["Each value: the mean over the last fifth of the run's logged steps (the window the monitor flags "
+             "use), then the mean over the method's ok seeds. A dash: the method does not log that metric "
+             "(DPO trains offline; the critic columns are PPO's).",
+             "Metric meanings and units: bench.results.METRIC_NAMES; thresholds: bench.monitors.THRESHOLDS."]
+    if flag_lines(suite):
+        notes.append("Monitor flags (a threshold crossed) are shown as warnings under Results per method.")
+    return fmt.Table(["method", "seeds", "logged steps", *(column(n) for n in names)], rows, notes)
+
+
+def monitors_table(suite: Suite) -> fmt.Table:
+    """The final evaluation's reward-hacking and 'aha' monitors per method, averaged over its ok seeds."""
+    groups = _by_label(suite, lambda r: bool(eval_monitors(r)))
+    if not groups:
+        return fmt.Table([], [])
+    present = {n for runs in groups.values() for r in runs for n in eval_monitors(r)}
+    names = [n for n in EVAL_MONITORS if n in present]
+    rows = [[label, str(len(runs)),
+             *(value_text(n, _mean_over([eval_monitors(r).get(n) for r in runs])) for n in names)]
+            for label, runs in groups.items()]
+    limits = ", ".join(f"{n} {c} {value_text(n, v)}" for n, (c, v, _) in monitors.THRESHOLDS.items()
+                       if n in names)
+    notes = ["On the final (greedy) evaluation's completions, every question (bench.monitors.record_monitors); "
+             "each rate is a share of all completions. Right format, wrong answer: the format reward earned "
+             "without the accuracy reward. Answer in think block: the strict answer also written inside "
+             "<think>. Reflection: phrases such as 'wait', 'let me check', 'verify' (the 'aha' monitor)."]
+    if limits:
+        notes.append(f"Flag thresholds: {limits}.")
+    return fmt.Table(["method", "seeds", *(column(n) for n in names)], rows, notes)
+
+
+def flag_lines(suite: Suite) -> list[str]:
+    """bench.monitors.run_flags of every ok method run, each line prefixed with the run's name."""
+    names = fmt.display_names(suite.methods)
+    out = []
+    for run in suite.methods:
+        if run.status != "ok":
+            continue
+        out += [f"{names[run.run_id]}: {line}" for line in monitors.run_flags(_points(run), eval_monitors(run))]
+    return out
+
+
+def rm_runs(suite: Suite) -> list[Run]:
+    """Ok method runs that logged a reward-model score (``rm_score``): PPO trained against the reward model."""
+    return [r for r in suite.methods if r.status == "ok" and any(fmt.num(p.get("rm_score")) is not None
+                                                                   for p in _points(r))]
+
+
+def overoptimisation_table(suite: Suite) -> fmt.Table:
+    """Reward-model score and the verifier's accuracy reward, first vs last fifth of training, per run trained
+    against the reward model; a warning when the proxy rose while the verifier's reward fell."""
+    runs = rm_runs(suite)
+    if not runs:
+        return fmt.Table([], [])
+    names = fmt.display_names(suite.methods)
+    rows, warnings = [], []
+    for run in runs:
+        cells, moves = [], {}
+        for metric in ("rm_score", "accuracy_reward"):
+            first, last = window_mean(_points(run), metric, first=True), window_mean(_points(run), metric)
+            moves[metric] = None if first is None or last is None else last - first
+            cells += [value_text(metric, first), value_text(metric, last)]
+        rows.append([names[run.run_id], *cells])
+        rose, fell = moves["rm_score"], moves["accuracy_reward"]
+        if rose is not None and fell is not None and rose > 0 > fell:
+            warnings.append(f"{names[run.run_id]}: reward over-optimisation: its reward-model score rose "
+                            f"({rose:+.3g}) while the verifier's accuracy reward fell ({100 * fell:+.1f} pp), "
+                            f"first to last fifth of training.")
+    header = ["run", "reward-model score, first fifth (logit)", "reward-model score, last fifth (logit)",
+              "verifier accuracy reward, first fifth (%)", "verifier accuracy reward, last fifth (%)"]
+    notes = ["Both on the same rollout completions at every logged step: the reward model's raw score (rm_score, "
+             "what PPO optimised) and the verifier's accuracy reward (what the benchmark scores). Means over the "
+             "first and the last fifth of the logged steps. The reward model's held-out pair accuracy is under "
+             "Reward model."]
+    return fmt.Table(header, rows, notes, warnings)
