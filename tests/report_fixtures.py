@@ -7,7 +7,10 @@ figure has something to show. The numbers are chosen so the tests can name what 
 - static memory: actor and critic 4 MiB weights + 4 MiB grads + 8 MiB AdamW state (16 MiB each), frozen
   reference and reward model 1 MiB each, so PPO (4 networks) is 34 MiB, GRPO 17 MiB: exactly 2.0x;
 - accuracy on 400 questions from 100 right: GRPO 160, GRPO engine 156, PPO verifier 158 (not significantly
-  different from each other), PPO with the reward model 60 (significantly worse), DPO 110, control 100.
+  different from each other), PPO with the reward model 60 (significantly worse), DPO 110, control 100;
+- training curves and the final evaluation's monitors (:func:`curves`, :data:`EVAL_MONITORS`): PPO with the reward
+  model over-optimises (reward-model score up, verifier reward down) on a chance-level reward model (52% of 200
+  held-out pairs) and crosses two monitor thresholds (truncated 30% in training, no answer 60% at evaluation).
 """
 
 from __future__ import annotations
@@ -88,8 +91,8 @@ def method_result(method: str, seed: int = 0, status: str = "ok", source: str = 
     if cps is None:
         phases = {"update": 40.0, "other": 2.0}
     res["phases"] = {p: {"time_s": t, "count": 100} for p, t in phases.items()}
-    res["curves"] = [{"step": s, "reward": (0.40 + 0.002 * s) if method != "control" else 0.42 + 0.01 * (s % 3),
-                      "kl": 0.001 * s, "completion_length": 20.0} for s in range(1, 101, 5)]
+    res["curves"] = curves(method)
+    res["monitors"] = {"eval": eval_monitors(method)}
     res["training_change"] = {"params_changed_fraction": 0.0 if method == "control" else 1.0,
                               "trainable_params": 1_000_000, "method": "exact"}
     res["samples"] = [{"question": "What is 2 + 2?", "completion": "<think>2+2</think> <answer>4</answer>",
@@ -97,12 +100,49 @@ def method_result(method: str, seed: int = 0, status: str = "ok", source: str = 
     return res
 
 
+def curves(method: str) -> list[dict[str, float]]:
+    """20 logged points (steps 1, 6, ..., 96) in the canonical names; the last fifth is points 16-19.
+
+    Every online method: entropy 1.0 - 0.01 i, grad norm 0.5, clip fraction 0.1, zero-variance groups 0.25,
+    completion length 20 + i, reflection rate 0.005 i (last fifth: entropy 0.825, length 37.5, reflection 8.75%).
+    PPO adds value loss 0.2 and explained variance 0.5; PPO (reward model) logs a reward-model score rising
+    1.0 + 0.01 i while its verifier accuracy reward falls 0.40 - 0.005 i (first fifth 1.015 / 39.25%, last fifth
+    1.175 / 31.25%: over-optimisation) and 30% truncated completions (a monitor flag). The lr-0 control's reward
+    wanders by chance and it never reflects.
+    """
+    points = []
+    for i, step in enumerate(range(1, 101, 5)):
+        control = method == "control"
+        p: dict[str, float] = {"step": step, "reward": 0.42 + 0.01 * (step % 3) if control else 0.40 + 0.002 * step,
+                               "kl": 0.001 * step, "completion_length": 20.0 + i, "entropy": 1.0 - 0.01 * i,
+                               "grad_norm": 0.5, "clipfrac": 0.1, "zero_std_groups": 0.25,
+                               "reflection_rate": 0.0 if control else 0.005 * i}
+        if method in ("ppo", "ppo_verifier"):
+            p.update(value_loss=0.2, explained_variance=0.5)
+        if method == "ppo":
+            p.update(rm_score=1.0 + 0.01 * i, accuracy_reward=0.40 - 0.005 * i, truncated_rate=0.3)
+        points.append(p)
+    return points
+
+
+EVAL_MONITORS = {"empty_answer_rate": 0.05, "format_only_rate": 0.1, "repeated_ngram_rate": 0.02,
+                 "answer_in_think_rate": 0.3, "truncated_rate": 0.01, "reflection_rate": 0.1,
+                 "reflection_count": 0.2, "completion_length": 25.0}
+"""The final evaluation's monitors of every ok method; PPO (reward model) gives no answer on 60% (a flag)."""
+
+
+def eval_monitors(method: str) -> dict[str, float]:
+    return {**EVAL_MONITORS, "empty_answer_rate": 0.6} if method == "ppo" else dict(EVAL_MONITORS)
+
+
 def stage_result(name: str, label: str) -> dict[str, Any]:
     res = empty_result(f"{name}-s0", "stage", name, label, "trl", 0)
     res.update(status="ok", started_at="2026-11-30T11:00:00+00:00", finished_at="2026-11-30T11:01:00+00:00",
                environment=dict(ENVIRONMENT), spec={"preset": "cpu-tiny"})
     res["throughput"] = {"wall_s": 30.0}
-    res["metrics"] = {"pair_accuracy": 0.546} if name == "reward_model" else {}
+    # 104 of 200 held-out pairs right: 52.0%, a Wilson interval that contains 50% (a chance-level reward model)
+    res["metrics"] = ({"pair_accuracy": 0.546, "heldout_pairs": 200, "heldout_pair_accuracy": 0.52}
+                      if name == "reward_model" else {})
     return res
 
 

@@ -55,13 +55,13 @@ def test_headline_numbers_equal_the_fixtures(full: Path) -> None:
         "actor 16.00 + critic 16.00 + reward 1.00 + reference 1.00 = 34.00")
     assert ppo["peak memory (source)"] == "740.0 MiB (cpu-rss)"  # 700 + 10 per network
     assert ppo["completions/s"] == "120.00" and ppo["tokens/s"] == "2,400.0" and ppo["s/step (median)"] == "0.533 s"
-    assert ppo["accuracy before → after (95% CI)"].startswith("25.0% [") and "→ 15.0% [" in ppo[
-        "accuracy before → after (95% CI)"]
+    assert ppo["accuracy suite-strict before → after (95% CI)"].startswith("25.0% [") and "→ 15.0% [" in ppo[
+        "accuracy suite-strict before → after (95% CI)"]
     assert ppo["n questions"] == "400" and ppo["seeds"] == "0" and ppo["status"] == "ok"
     # The best value of a column is marked: fastest generation is the suite engine's GRPO, best accuracy TRL's.
     engine = dict(zip(header, rows["GRPO (suite engine)"]))
     assert engine["completions/s"] == "**200.00**" and not ppo["completions/s"].startswith("**")
-    assert dict(zip(header, rows["GRPO (TRL)"]))["accuracy before → after (95% CI)"].startswith("**")
+    assert dict(zip(header, rows["GRPO (TRL)"]))["accuracy suite-strict before → after (95% CI)"].startswith("**")
     assert dict(zip(header, rows["DPO (TRL, pool pairs)"]))["completions/s"] == "n/a (offline)"
 
 

@@ -270,7 +270,8 @@ def test_paired_test_values(built: Path) -> None:
 
 def test_figures_are_pngs(built: Path) -> None:
     names = {p.name for p in (built / "figures").glob("*.png")}
-    assert {"accuracy_strict.png", "throughput.png", "phases.png", "curves.png"} <= names
+    assert {"accuracy_suite-strict.png", "accuracy_suite-flexible.png", "throughput.png", "phases.png",
+            "curves.png"} <= names  # accuracy figures are named by scoring mode, the headline mode first
     for p in (built / "figures").glob("*.png"):
         assert p.read_bytes()[:8] == PNG_SIGNATURE, p.name
 
@@ -297,7 +298,10 @@ def test_memory_sources_never_share_a_chart(built: Path) -> None:
 def test_summary_markdown(built: Path) -> None:
     md = (built / "summary.md").read_text(encoding="utf-8")
     assert md.startswith("# Benchmark summary: cpu-tiny")
-    assert "| method | seed | status | accuracy strict" in md
+    # The per-run columns name their scoring modes: the folder's headline mode first, then suite-flexible.
+    assert ("| method | seed | status | accuracy suite-strict (headline; before → after, 95% CI) | "
+            "accuracy suite-flexible (before → after, 95% CI) |") in md
+    assert "- Headline mode: suite-strict (the suite's explicit answer" in md
     assert "| GRPO (TRL) | 0 | ok | 25.0% [" in md and "→ 60.0% [" in md
     assert "| DPO (TRL) | 0 | failed |" in md and "OutOfMemoryError" in md
     assert "| PPO (suite engine) |" in md and "(cuda-allocated)" in md

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from bench.report import fmt
+from bench.report import fmt, tables
 from bench.report import phases as phase_times
 from bench.report.load import Run, Suite
 from bench.results import METRIC_NAMES, PHASES
@@ -37,8 +37,15 @@ CURVE_METRICS = ("reward", "kl", "accuracy_reward", "format_reward", "completion
 CURVE_LABELS = {
     "reward": "mean reward", "kl": "KL(policy ‖ reference) per token", "accuracy_reward": "accuracy reward",
     "format_reward": "format reward", "completion_length": "completion length (tokens)",
-    "zero_std_groups": "share of zero-std groups",
+    "zero_std_groups": "share of zero-std groups", "rm_score": "reward-model score",
+    "reflection_rate": "share with a reflection phrase", "reflection_count": "reflection phrases per completion",
+    "completion_length_p90": "completion length p90 (tokens)", "empty_answer_rate": "share with no answer",
+    "format_only_rate": "share right format, wrong answer", "repeated_ngram_rate": "share repeating a 4-gram",
+    "answer_in_think_rate": "share with the answer in the think block", "truncated_rate": "share truncated",
+    "entropy": "policy entropy", "grad_norm": "gradient norm (before clipping)", "clipfrac": "clip fraction",
+    "value_loss": "value loss", "explained_variance": "explained variance",
 }
+"""Axis names of the curve metrics the figures draw; the unit comes from bench.results.METRIC_NAMES."""
 DPI = 200
 """Print quality (the issue asks for >= 200 dpi); figures stay about 1,400-2,400 px wide."""
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
@@ -395,6 +402,76 @@ def _figure_modes(suite: Suite) -> tuple[str, str]:
     return headline, ("suite-flexible" if headline != "suite-flexible" else "suite-strict")
 
 
+def _series(run: Run, metric: str) -> list[tuple[float, float]]:
+    """(step, value) points of one curve metric, sorted by step; points without either are left out."""
+    pts = [(fmt.num(p.get("step")), fmt.num(p.get(metric))) for p in (run.result.get("curves") or [])
+           if isinstance(p, dict)]
+    return sorted((s, v) for s, v in pts if s is not None and v is not None)
+
+
+def _draw_panels(axes: Any, runs: list[Run], panels: list[tuple[str, float, str]],
+                 suite: Suite) -> None:
+    """One panel per (metric, scale, y label) stacked over a shared step axis; one line per run in its method's
+    colour (the lr-0 control dashed grey: its curve is the noise floor)."""
+    names, colors = fmt.display_names(suite.methods), method_colors(suite)
+    for ax, (metric, scale, ylabel) in zip(axes[:, 0], panels):
+        for run in runs:
+            pts = _series(run, metric)
+            if not pts:
+                continue
+            control = run.result.get("method") == CONTROL_METHOD
+            ax.plot([s for s, _ in pts], [scale * v for _, v in pts], color=colors[run.label],
+                    linestyle="--" if control else "-", linewidth=1.6, label=names[run.run_id],
+                    marker="." if len(pts) < 30 else None)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes[-1][0].set_xlabel("optimizer step (count)")
+    axes[-1][0].xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def aha_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
+    """The 'aha' monitor: share of completions with a reflection phrase (top) and mean completion length
+    (bottom) per step for every method that logged them, on one shared step axis."""
+    runs = [r for r in suite.methods if _series(r, "reflection_rate")]
+    if not runs:
+        return None
+    fig, axes = _new(9.0, 6.0, nrows=2)
+    for ax in axes[1:, 0]:
+        ax.sharex(axes[0][0])
+    _draw_panels(axes, runs, [("reflection_rate", 100.0, "completions with a reflection phrase (%)"),
+                                   ("completion_length", 1.0, "completion length (tokens)")], suite)
+    axes[0][0].set_title("The 'aha' monitor: reflection phrases and completion length during training")
+    name = _save(fig, out_dir, "aha.png")
+    return FigureInfo(name, "Reflection-phrase rate ('wait', 'let me check', 'verify', ...; bench.monitors) and "
+                            "mean completion length per logged step, per method run; the lr-0 control dashed. A "
+                            "rise in both together is the 'aha moment' the seed texts describe.")
+
+
+def overoptimisation_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
+    """PPO against the reward model: its reward-model score (top) above the verifier's accuracy reward on the
+    same completions (bottom), sharing the step axis, so a rising proxy with a falling true reward shows."""
+    runs = [r for r in suite.methods if r.status == "ok" and _series(r, "rm_score")]
+    if not runs:
+        return None
+    panels = [("rm_score", 1.0, "reward-model score (logit)"),
+              ("accuracy_reward", 100.0, "verifier accuracy reward (%)")]
+    if any(_series(r, "kl") for r in runs):
+        panels.append(("kl", 1.0, "KL to reference (nats/token)"))
+    fig, axes = _new(9.0, 2.6 * len(panels) + 0.6, nrows=len(panels))
+    for ax in axes[1:, 0]:
+        ax.sharex(axes[0][0])
+    _draw_panels(axes, runs, panels, suite)
+    axes[0][0].set_title("Reward over-optimisation: the proxy PPO optimised vs the verifier's reward")
+    check = tables.reward_model_check(suite)
+    held_out = (f" The reward model ranked {fmt.pct(check['accuracy'])} of {check['n']:,} held-out pairs right "
+                f"[{100 * check['low']:.1f}, {100 * check['high']:.1f}]." if check else "")
+    name = _save(fig, out_dir, "overoptimisation.png")
+    return FigureInfo(name, "PPO (reward model): reward-model score and the verifier's accuracy reward on the same "
+                            "rollouts per step" + (", and KL to the reference" if len(panels) > 2 else "")
+                      + "; a rising score with a falling verifier reward is reward over-optimisation." + held_out)
+
+
 def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     """Draw every figure there is data for into ``out_dir``; returns them in page order."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -404,6 +481,8 @@ def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
         throughput_figure(suite, out_dir),
         phases_figure(suite, out_dir),
         curves_figure(suite, out_dir),
+        aha_figure(suite, out_dir),
+        overoptimisation_figure(suite, out_dir),
     ]
     from bench.report.scaling import scaling_figures  # scaling imports this module (FigureInfo)
 
