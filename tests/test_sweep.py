@@ -37,7 +37,7 @@ def test_one_at_a_time_and_product_points() -> None:
 def test_runs_name_their_point_and_stages_are_shared_where_their_inputs_agree() -> None:
     spec = load_spec("systems-cpu")
     runs = {r.run_id: r for r in make_plan(spec)}
-    assert len(runs) == 32  # 4 warm starts, 5 pools and reward models (per model and length), 6 points x 3 methods
+    assert len(runs) == 44  # 4 warm starts, 5 pools and reward models (per model and length), 6 points x 5 methods
     # G does not change a stage: the G4 point reads the G2 point's stages; the length changes the pool.
     assert runs["ppo-s0@qwen2.5-0.5b-G4-len8"].needs == ("warm_start@qwen2.5-0.5b", "sample_pool@qwen2.5-0.5b-len8",
                                                          "reward_model@qwen2.5-0.5b-len8")
