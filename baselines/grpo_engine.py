@@ -114,8 +114,9 @@ def grpo_step(engine: Engine, cfg: Config, step: int) -> dict[str, float]:
     if engine.reference is not None:  # beta / kl_coef 0: no reference network, no phase
         with tel.phase("reference"):
             ref_logp = engine.rollout_logprobs(engine.reference, batch)
-    with tel.phase("update"), torch.no_grad():
+    with tel.phase("advantage"), torch.no_grad():  # its own phase: the claim that it is negligible is measured
         advantages = M.group_advantages(scores, spec.train.group_size, ADVANTAGE_EPS, cfg.advantage_std)
+    with tel.phase("update"), torch.no_grad():
         # With one update per rollout the policy has not moved when the loss is computed, so the rollout
         # log-probs equal the update forward's detached ones (no dropout, same weights): skip that forward.
         single_update = cfg.ppo_epochs * cfg.minibatches == 1

@@ -140,6 +140,8 @@ def ppo_step(engine: Engine, cfg: Config, step: int) -> dict[str, float]:
         old_values = engine.rollout_values(batch)
     with tel.phase("update"), torch.no_grad():
         old_logp = engine.rollout_logprobs(engine.actor, batch)
+    # The KL-shaped rewards, GAE and whitening: elementwise maths over (b, T), timed apart from the forwards.
+    with tel.phase("advantage"), torch.no_grad():
         kl = M.kl_per_token(old_logp, ref_logp, cfg.kl_estimator) if ref_logp is not None else torch.zeros_like(old_logp)
         rewards, non_score_reward = M.ppo_rewards(scores, kl, mask, kl_c)
         advantages, returns = M.gae(rewards, old_values, mask, cfg.gamma, cfg.lam)

@@ -110,8 +110,9 @@ from typing import Any, Iterable
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
 
-PHASES = ("generation", "reward", "reference", "critic", "update", "evaluation", "other")
-"""Phase names, in the order the report stacks them."""
+PHASES = ("generation", "reward", "reference", "critic", "advantage", "update", "evaluation", "other")
+"""Phase names, in the order the report stacks them (``advantage``: the suite engine's group-relative advantage
+or GAE + whitening, timed on its own; TRL's trainers compute it inside another phase)."""
 
 
 @dataclass(frozen=True)
