@@ -51,6 +51,8 @@ INTERRUPTED = "Interrupted"
 """error.type of a run stopped by an interrupt (status failed: the report shows it as a failed cell)."""
 SKIPPED = "PrerequisiteFailed"
 """error.type of a run not started because a stage it reads did not finish."""
+STAGE_OOM = "ran out of memory"
+"""How a skip's message ends when every stage it needed ran out of memory at a sweep point (an expected skip)."""
 
 
 def default_out_dir(spec: Spec, reports_dir: Path) -> Path:
@@ -614,8 +616,11 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
     (run_dir / RESULT_FILE).unlink(missing_ok=True)
     unmet = [need for need in run.needs if not is_complete(suite_dir / "runs" / need)]
     if unmet:
-        record_failure(run_dir, run, spec, SKIPPED, f"stage {', '.join(unmet)} did not finish", inputs)
-        progress.finish(f"skipped: stage {', '.join(unmet)} did not finish")
+        # At a sweep point, a stage that ran out of memory makes its consumers' skip as expected as the OOM itself.
+        oom = run.point is not None and all(run_verdict(suite_dir / "runs" / need)[0] == "oom" for need in unmet)
+        why = f"stage {', '.join(unmet)} {STAGE_OOM if oom else 'did not finish'}"
+        record_failure(run_dir, run, spec, SKIPPED, why, inputs)
+        progress.finish(f"skipped: {why}")
         return
     write_json_atomic(run_dir / RUN_FILE, {
         "run_id": run.run_id, "kind": run.kind, "name": run.name, "label": run.label, "engine": run.engine,
@@ -673,6 +678,8 @@ def run_verdict(run_dir: Path) -> tuple[str, str]:
     kind = {INTERRUPTED: "interrupted", SKIPPED: "skipped"}.get(str(error.get("type")), "failed")
     if error.get("type") == OUT_OF_MEMORY and isinstance(result.get("sweep"), dict):
         return "oom", f"out of memory in phase {error.get('phase') or 'unknown'}"
+    if kind == "skipped" and isinstance(result.get("sweep"), dict) and message.endswith(STAGE_OOM):
+        return "oom", f"skipped: {message}"
     if kind == "failed":
         return kind, f"{error.get('type') or 'Error'}: {message}"
     return kind, f"{kind}: {message}"

@@ -285,7 +285,8 @@ class OomInjectionSpec:
     point: str | None = None
     """Sweep point id to fail (as `bench run --dry-run` lists them); null: no injection."""
     method: str | None = None
-    """Method to fail at that point; null: every method there."""
+    """Method (or shared stage, e.g. reward_model, at the first point that reads it) to fail at that point;
+    null: every method there."""
     phase: str = "update"
     """Phase whose start raises MemoryError (generation, reward, reference, critic, update); a phase the method
     never enters (DPO has no generation) injects nothing."""

@@ -221,10 +221,12 @@ def validate_sweep(spec: Spec) -> None:
         if inject.point not in ids:
             raise SpecError(f"'sweep.inject_oom.point' '{inject.point}' is not a point of this sweep"
                             f"{_did_you_mean(inject.point, ids)}; points: {', '.join(ids)}")
-        methods = spec.enabled_methods()
+        from bench.registry import STAGES
+
+        methods = spec.enabled_methods() + list(STAGES)
         if inject.method is not None and inject.method not in methods:
-            raise SpecError(f"'sweep.inject_oom.method' '{inject.method}' is not an enabled method; "
-                            f"enabled: {', '.join(methods)}")
+            raise SpecError(f"'sweep.inject_oom.method' '{inject.method}' is not an enabled method or a stage; "
+                            f"choose one of: {', '.join(methods)}")
         if inject.phase not in INJECTABLE_PHASES:
             raise SpecError(f"'sweep.inject_oom.phase' must be one of {', '.join(INJECTABLE_PHASES)}, "
                             f"got {inject.phase!r}")
@@ -298,7 +300,8 @@ def job_sweep(spec: Spec, run: PlannedRun) -> dict[str, Any] | None:
     if run.point is None:
         return None
     inject = spec.sweep.inject_oom
-    hit = inject.point == run.point and run.kind == "method" and inject.method in (None, run.name)
+    # A stage run carries the first point that reads it, so naming a stage and that point fails the stage.
+    hit = inject.point == run.point and (inject.method == run.name or (inject.method is None and run.kind == "method"))
     return {
         "point": run.point, "values": dict(run.values), "axes": list(spec.sweep.axes), "mode": spec.sweep.mode,
         "steps": spec.sweep.steps, "warmup_steps": spec.sweep.warmup_steps,

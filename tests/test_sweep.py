@@ -143,6 +143,11 @@ def test_an_oom_at_a_sweep_point_keeps_exit_status_0_and_elsewhere_it_is_a_failu
     outcome = summarize(tmp_path, runs, tmp_path / "index.html", None, 1.0)
     assert outcome.exit_code == 0 and "1 of 2 runs ok; 1 sweep run(s) out of memory" in outcome.summary
     assert "b (out of memory in phase update)" in outcome.summary
+    skipped = {"type": "PrerequisiteFailed", "message": "stage reward_model@big ran out of memory",
+               "memory_at_failure": None}
+    _write_result(tmp_path, "b", "ppo", "failed", sweep={"point": "p"}, error=skipped)  # after a stage's OOM
+    assert run_verdict(tmp_path / "runs" / "b")[0] == "oom"
+    assert summarize(tmp_path, runs, tmp_path / "index.html", None, 1.0).exit_code == 0
     _write_result(tmp_path, "b", "ppo", "failed", sweep=None, error=oom)  # not a sweep: a failure
     assert summarize(tmp_path, runs, tmp_path / "index.html", None, 1.0).exit_code == 1
 
