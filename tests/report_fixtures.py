@@ -108,8 +108,12 @@ def curves(method: str) -> list[dict[str, float]]:
     PPO adds value loss 0.2 and explained variance 0.5; PPO (reward model) logs a reward-model score rising
     1.0 + 0.01 i while its verifier accuracy reward falls 0.40 - 0.005 i (first fifth 1.015 / 39.25%, last fifth
     1.175 / 31.25%: over-optimisation) and 30% truncated completions (a monitor flag). The lr-0 control's reward
-    wanders by chance and it never reflects.
+    wanders by chance and it never reflects. DPO logs only its offline pair metrics (loss, pair accuracy, margin)
+    and a gradient norm of 2.0.
     """
+    if method == "dpo":  # offline: DPO logs its pair metrics, none of the online dynamics
+        return [{"step": step, "loss": 0.69 - 0.001 * step, "pair_accuracy": 0.6, "margin": 0.1, "grad_norm": 2.0}
+                for step in range(1, 101, 5)]
     points = []
     for i, step in enumerate(range(1, 101, 5)):
         control = method == "control"

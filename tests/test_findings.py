@@ -193,3 +193,117 @@ def test_the_runner_records_the_run_and_resume_commands(tmp_path: Path) -> None:
     prepare_suite_dir(spec, tmp_path / "a b", [], resume=False, resume_command=resume)
     commands = json.loads((tmp_path / "a b" / "suite.json").read_text())["commands"]
     assert commands == {"run": "bench run --preset cpu-quick train.steps=2 'seeds=[0,1]'", "resume": resume}
+
+
+# --- what training did (issue 12): dynamics, monitors, flags, over-optimisation, figures ----------------------
+def test_training_dynamics_table_is_the_last_fifth_mean(full: Path) -> None:
+    md = (full / "summary.md").read_text(encoding="utf-8")
+    rows = md_rows(md, "Training dynamics")
+    header = rows["method"]
+    ppo = dict(zip(header, rows["PPO (reward model)"]))
+    # Last fifth = points 16..19 of 20: entropy 1 - 0.01 i -> 0.825; length 20 + i -> 37.5; reward 0.40 + 0.002
+    # x steps 81..96 -> 0.577; KL 0.001 x step -> 0.0885.
+    assert ppo["logged steps"] == "20" and ppo["seeds"] == "1"
+    assert ppo["entropy (nats per token)"] == "0.825" and ppo["completion length (tokens)"] == "37.5"
+    assert ppo["reward (reward units)"] == "0.577" and ppo["KL (nats per token)"] == "0.0885"
+    assert ppo["zero-variance groups (%)"] == "25.0%" and ppo["clip fraction (%)"] == "10.0%"
+    assert ppo["grad norm (gradient L2 norm)"] == "0.5"
+    assert ppo["value loss (squared reward units)"] == "0.2" and ppo["explained variance (ratio)"] == "0.5"
+    grpo = dict(zip(header, rows["GRPO (TRL)"]))
+    assert grpo["value loss (squared reward units)"] == "—"  # no critic: not logged, not zero
+    dpo = dict(zip(header, rows["DPO (TRL, pool pairs)"]))
+    assert dpo["reward (reward units)"] == "—" and dpo["grad norm (gradient L2 norm)"] == "2"
+    assert 'id="dynamics"' in (full / "index.html").read_text(encoding="utf-8")
+
+
+def test_reward_hacking_monitors_table_and_flags(full: Path) -> None:
+    md = (full / "summary.md").read_text(encoding="utf-8")
+    rows = md_rows(md, "Reward-hacking monitors (final evaluation)")
+    header = rows["method"]
+    assert dict(zip(header, rows["PPO (reward model)"]))["empty answer (%)"] == "60.0%"
+    grpo = dict(zip(header, rows["GRPO (TRL)"]))
+    assert grpo["empty answer (%)"] == "5.0%" and grpo["answer in think block (%)"] == "30.0%"
+    assert grpo["reflection phrases (phrases per completion)"] == "0.2"
+    # Flags: one warning line per crossing under the per-run results, and one finding naming the run.
+    results = md.split("## Results per method\n", 1)[1].split("\n## ", 1)[0]
+    assert ("> **Warning:** PPO (reward model): truncated_rate 30.0% > 20.0%" in results
+            and "(mean of the last 4 of 20 logged points)" in results)
+    assert "> **Warning:** PPO (reward model): final evaluation: empty_answer_rate 60.0% > 50.0%" in results
+    assert "GRPO (TRL): truncated_rate" not in md and "GRPO (TRL): final evaluation" not in md  # below thresholds
+    texts = [f.text for f in findings(load_suite(full))]
+    flagged = [t for t in texts if t.startswith("Training monitors flagged 1 run(s)")]
+    assert len(flagged) == 1 and "empty_answer_rate 60.0%" in flagged[0]
+    assert 'id="monitors"' in (full / "index.html").read_text(encoding="utf-8")
+
+
+def test_no_flag_finding_without_a_crossing(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path, methods=("grpo", "ppo_verifier"))
+    assert not any(f.text.startswith("Training monitors") for f in findings(load_suite(suite)))
+
+
+def test_reward_overoptimisation_table_warning_and_finding(full: Path) -> None:
+    md = (full / "summary.md").read_text(encoding="utf-8")
+    rows = md_rows(md, "Reward over-optimisation (PPO, reward model)")
+    # rm_score 1.0 + 0.01 i: first fifth 1.015, last 1.175; accuracy reward 0.40 - 0.005 i: 39.25% -> 31.25%.
+    assert rows["PPO (reward model)"][1:] == ["1.015", "1.175", "39.2%", "31.2%"]
+    assert list(rows) == ["run", "PPO (reward model)"]  # only the run trained against the reward model
+    texts = [f.text for f in findings(load_suite(full))]
+    assert any("reward over-optimisation" in t and "rose (+0.16)" in t and "(-8.0 pp)" in t for t in texts)
+    # The chance-level reward model is said beside PPO (reward model): in the headline, the results and findings.
+    headline = md.split("## Headline\n", 1)[1].split("\n## ", 1)[0]
+    assert "> **Warning:** PPO (reward model): its reward model ranked held-out pairs 52.0% right" in headline
+    assert any(t.startswith("PPO (reward model): its reward model ranked held-out pairs 52.0%") for t in texts)
+
+
+def test_control_arm_zero_change_is_not_a_warning(full: Path) -> None:
+    md = (full / "summary.md").read_text(encoding="utf-8")
+    assert "Control (lr 0): training moved only" not in md  # lr 0 moves nothing by design
+    assert "| Control (lr 0) | 0 | yes (0 differing questions) |" in md  # its after == before check stays
+    row = md_rows(md, "Results per method")["Control (lr 0)"]
+    assert row[-1] == "0.0% (lr 0: by design)"
+    assert any(f.text.startswith("Control (lr 0, the noise floor)") for f in findings(load_suite(full)))
+
+
+def test_headline_numbers_say_their_scoring_mode(full: Path) -> None:
+    md = (full / "summary.md").read_text(encoding="utf-8")
+    assert "accuracy suite-strict before → after (95% CI)" in md_rows(md, "Headline")["method"]
+    assert md_rows(md, "Results per method")["method"][3] == "accuracy suite-strict (headline; before → after, 95% CI)"
+    for f in findings(load_suite(full)):
+        if "pp" in f.text or "accuracy" in f.text.lower():
+            assert "suite-strict" in f.basis or "pairs" in f.basis or "rm_score" in f.basis, f
+
+
+def test_headline_mode_from_report_settings_reaches_tables_and_figures(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path)
+    (suite / "report_settings.json").write_text(json.dumps({"headline_mode": "suite-flexible"}), encoding="utf-8")
+    build_report(suite)
+    md = (suite / "summary.md").read_text(encoding="utf-8")
+    header = md_rows(md, "Results per method")["method"]
+    assert header[3] == "accuracy suite-flexible (headline; before → after, 95% CI)"
+    assert header[4] == "accuracy suite-strict (before → after, 95% CI)"
+    # GRPO (TRL): 160 + 10 of 400 right under suite-flexible.
+    assert md_rows(md, "Headline")["GRPO (TRL)"][7] == "**27.5% [23.4–32.1] → 42.5% [37.7–47.4]**"  # best: bold
+    assert (suite / "figures" / "accuracy_suite-flexible.png").exists()
+    page = (suite / "index.html").read_text(encoding="utf-8")
+    assert page.index("accuracy_suite-flexible.png") < page.index("accuracy_suite-strict.png")  # headline first
+    assert "<th>accuracy after (suite-flexible)</th>" in page  # the shared stages' column too
+
+
+def test_aha_and_overoptimisation_figures(full: Path) -> None:
+    from bench.report import figures
+
+    suite = load_suite(full)
+    out = full / "figures"
+    aha = figures.aha_figure(suite, out)
+    over = figures.overoptimisation_figure(suite, out)
+    assert aha is not None and over is not None
+    assert "reflection" in aha.caption.lower() and "completion length" in aha.caption
+    assert "52.0% of 200 held-out pairs" in over.caption  # the reward model's held-out accuracy beside it
+    for name in ("aha.png", "overoptimisation.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (full / "index.html").read_text(encoding="utf-8")
+    assert 'src="figures/aha.png"' in page and 'src="figures/overoptimisation.png"' in page
+    # A folder without reflection or reward-model curves draws neither.
+    bare = load_suite(write_suite(full.parent / "bare", methods=("dpo",)))
+    assert figures.aha_figure(bare, out) is None and figures.overoptimisation_figure(bare, out) is None

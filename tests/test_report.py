@@ -887,3 +887,26 @@ def test_old_and_new_mode_keys_read_alike() -> None:
     assert fmt.verdict({"index": 0, "correct": {"lmeval-strict": False}}, "lmeval-strict") is False
     assert fmt.verdict({"index": 0, "correct": {"suite-strict": True}}, "strict") is True
     assert fmt.verdict({"index": 0}, "lmeval-flexible") is None
+
+
+def test_lora_reference_shared_with_the_actor_is_not_a_second_copy() -> None:
+    """memory.networks.reference.shared_with = ['actor']: the row says so, with 0 B of its own weights."""
+    from bench.report import networks
+    from bench.report.load import Run, Suite
+
+    nets = {"actor": {"params": 1000, "trainable_params": 40, "weight_bytes": 4000, "grad_bytes": 160,
+                      "optimizer_bytes": 320},
+            "reference": {"params": 0, "trainable_params": 0, "weight_bytes": 0, "grad_bytes": 0,
+                          "optimizer_bytes": 0, "shared_params": 960, "shared_with": ["actor"]}}
+    run = Run("grpo_engine-s0", {"kind": "method", "method": "grpo_engine", "label": "GRPO (suite engine)",
+                                 "status": "ok", "memory": {"networks": nets}})
+    table = networks.network_table(Suite(Path("."), "", "", None, {}, runs=[run]))
+    ref = next(row for row in table.rows if row[1].startswith("reference"))
+    assert ref[1] == "reference: shared with actor (0 B own weights)"
+    assert ref[2] == "0 (+960 shared with actor, counted there)" and ref[6] == "0.00"
+    assert any("shared with actor" in n and "adapters disabled" in n for n in table.notes)
+    assert networks.static_total_text(run).endswith("(accounting; actor, reference shared with actor)")
+    # Without shared_with (full fine-tuning) the reference is its own copy: the plain role name.
+    nets["reference"] = {"params": 1000, "weight_bytes": 4000, "grad_bytes": 0, "optimizer_bytes": 0}
+    table = networks.network_table(Suite(Path("."), "", "", None, {}, runs=[run]))
+    assert [row[1] for row in table.rows] == ["actor", "reference", "all (sum)"]

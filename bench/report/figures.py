@@ -426,6 +426,8 @@ def _draw_panels(axes: Any, runs: list[Run], panels: list[tuple[str, float, str]
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in axes[:-1, 0]:
+        ax.tick_params(labelbottom=False)  # the step axis is shared: its numbers once, under the last panel
     axes[-1][0].set_xlabel("optimizer step (count)")
     axes[-1][0].xaxis.set_major_locator(MaxNLocator(integer=True))
 

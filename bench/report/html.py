@@ -274,12 +274,15 @@ def _environment(suite: Suite) -> tuple[str | None, list[tuple[str, str]]]:
     return None, []
 
 
-def _toc(detail: dict[str, fmt.Table], figures: list[FigureInfo], has: dict[str, bool]) -> list[tuple[str, str]]:
-    """(anchor, title) of the sections this page has, in page order: a reader jumps instead of scrolling."""
+def _toc(detail: dict[str, fmt.Table], figures: list[FigureInfo], has: dict[str, bool],
+         extras: list[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """(anchor, title) of the sections this page has, in page order: a reader jumps instead of scrolling.
+    ``extras``: (key, title) of the statistics and training-dynamics tables placed after the paired tests."""
     sections = [("findings", "Findings", True), ("claims", "Claims check", has["claims"]),
                 ("headline", "Headline", has["headline"]), ("cite", "Cite this run", True),
                 ("results", "Results per run", True), ("seeds", "Across seeds", bool(detail["seeds"])),
-                ("paired", "Paired tests", has["paired"]), ("differs", "What differs", has["differs"]),
+                ("paired", "Paired tests", has["paired"]), *((key, title, True) for key, title in extras),
+                ("differs", "What differs", has["differs"]),
                 ("networks", "Networks", bool(detail["networks"])),
                 ("throughput", "Throughput and time", bool(detail["throughput"])),
                 ("phases", "Time per phase", has["phases"]), ("phase_share", "Phase shares", has["phase_share"]),
@@ -337,7 +340,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
     return template.render(
         suite=suite,
         description=fmt.cap_text(suite.description),
-        toc=_toc(detail, figures, has),
+        toc=_toc(detail, figures, has, [(k, title) for k, title, _ in summary.extra_detail(detail)]),
         missing=fmt.MISSING,
         headline_columns=summary.headline_columns(suite),
         mode_notes=summary.mode_notes(suite),

@@ -61,12 +61,20 @@ def headline_rows(suite: Suite) -> list[dict[str, Any]]:
                 networks.static_total_text(run),
                 fmt.generation_rate_text(run, "completions_per_s"),
                 fmt.float_text(fmt.throughput(run, "step_s_median"), 3, " s"),
-                fmt.pct(fmt.changed_fraction(run)),
+                _changed_text(run),
             ],
             "status": run.status,
             "error": fmt.error_text(run),
         })
     return rows
+
+
+def _changed_text(run: Any) -> str:
+    """The share of trained weights that moved; the lr-0 control's 0% is marked as by design (not a lost update)."""
+    text = fmt.pct(fmt.changed_fraction(run))
+    if run.result.get("method") == tables.CONTROL_METHOD and text != fmt.MISSING:
+        text += " (lr 0: by design)"
+    return text
 
 
 def _md_cell(text: str) -> str:
