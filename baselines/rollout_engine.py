@@ -48,7 +48,7 @@ from bench.data import prompts_for_steps
 from bench.errors import SpecError
 from bench.generation import eos_token_ids, generate, sampling_settings
 from bench.models import load_causal_lm, load_sequence_classifier, load_tokenizer, torch_dtype
-from bench.precision import autocast_dtype, precision_policy
+from bench.precision import autocast_dtype, precision_policy, with_shared_reference
 from bench.monitors import completion_monitors
 from bench.rewards import score_completion
 
@@ -553,9 +553,7 @@ class Engine:
     def _precision(self, roles: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         """bench.precision's policy; a shared reference is held as the actor's (fp32) weights, not a bf16 copy."""
         policy = precision_policy(self.spec.model.dtype, roles)
-        if isinstance(self.reference, AdapterOffReference):
-            policy["reference"] = {**policy["actor"], "optimizer_state": None, "shared_with": "actor"}
-        return policy
+        return with_shared_reference(policy) if isinstance(self.reference, AdapterOffReference) else policy
 
     def outcome(self, log_history: list[dict[str, float]], per_step: list[dict[str, float]],
                 settings: dict[str, Any], metric_keys: tuple[str, ...]) -> TrainOutcome:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import registry
-from bench.precision import describe_policy, precision_policy
+from bench.precision import describe_policy, precision_policy, with_shared_reference
 from bench.spec import Spec
 
 
@@ -56,7 +56,10 @@ def describe_method(spec: Spec, method: str) -> list[str]:
     """The dry run's lines for one method: networks and their precision, lengths, updates, micro-batch."""
     module, cfg = registry.recipe(method), spec.methods[method]
     roles = module.networks(spec, cfg)
-    lines = [f"networks: {describe_policy(precision_policy(spec.model.dtype, roles))}",
+    policy = precision_policy(spec.model.dtype, roles)
+    if spec.train.lora.enabled:  # every method's reference is then the actor's base, adapters off (no copy)
+        policy = with_shared_reference(policy)
+    lines = [f"networks: {describe_policy(policy)}",
              f"max length: prompt + {spec.generation.max_new_tokens} new tokens (the longest prompt is measured at "
              f"run time; offline pairs: their longest prompt + completion)"]
     lines += [f"{name}: {value}" for name, value in module.describe(spec, cfg).items()]

@@ -58,11 +58,26 @@ def precision_policy(model_dtype: str, roles: tuple[str, ...] | list[str],
     return {role: precision_for(model_dtype, role in trained_roles).to_dict() for role in roles}
 
 
+def with_shared_reference(policy: dict[str, dict[str, str | None]],
+                          owner: str = "actor") -> dict[str, dict[str, str | None]]:
+    """``policy`` with the reference held as ``owner``'s own weights: under LoRA every method's reference is the
+    actor's base with its adapters disabled (the engine's ``AdapterOffReference``, TRL's adapter switch), so it
+    has the owner's storage and compute, no optimizer state, and ``shared_with: owner`` (no copy of its own).
+    Returned unchanged when there is no reference or no owner."""
+    if "reference" not in policy or owner not in policy:
+        return policy
+    return {**policy, "reference": {**policy[owner], "optimizer_state": None, "shared_with": owner}}
+
+
 def describe_policy(policy: dict[str, dict[str, str | None]]) -> str:
-    """One line for the dry run: 'actor fp32 weights, bfloat16 autocast; reference bfloat16 (frozen)'."""
+    """One line for the dry run: 'actor fp32 weights, bfloat16 autocast; reference bfloat16 (frozen)'; a shared
+    reference (:func:`with_shared_reference`): 'reference = actor's base with adapters disabled (...)'."""
     parts = []
     for role, p in policy.items():
-        if p["optimizer_state"]:
+        if p.get("shared_with"):
+            parts.append(f"{role} = {p['shared_with']}'s base with adapters disabled (its {p['storage']} weights, "
+                         f"shared: no copy)")
+        elif p["optimizer_state"]:
             parts.append(f"{role} {p['storage']} weights, {p['compute']}")
         else:
             parts.append(f"{role} {p['storage']} (frozen)")

@@ -166,3 +166,20 @@ def test_bf16_lora_reference_equals_the_untrained_actor(tmp_path, model_dirs):  
     _assert_base_unchanged(base, initial)
     assert outcome.settings["precision"]["reference"]["storage"] == "float32"
     assert outcome.settings["precision"]["reference"]["compute"] == "bfloat16 autocast"
+
+
+def test_dry_run_says_the_lora_reference_shares_the_actors_weights() -> None:
+    """The dry run's networks line: without LoRA a frozen copy in the spec's dtype; with LoRA (every method, the
+    engine's included) the actor's base with adapters disabled, no weights of its own."""
+    from bench.plan import describe_method
+    from bench.spec import load_spec
+
+    full = load_spec("cpu-quick", ["model.dtype=bfloat16"])
+    assert "reference bfloat16 (frozen)" in describe_method(full, "grpo_engine")[0]
+    lora = load_spec("cpu-quick", ["model.dtype=bfloat16", "train.lora.enabled=true"])
+    for method in ("grpo_engine", "ppo", "grpo", "dpo"):
+        line = describe_method(lora, method)[0]
+        assert line.startswith("networks: actor float32 weights, bfloat16 autocast"), line
+        assert "reference = actor's base with adapters disabled (its float32 weights, shared: no copy)" in line
+        assert "reference bfloat16" not in line
+    assert "reward bfloat16 (frozen)" in describe_method(lora, "ppo")[0]  # the reward model stays its own copy
