@@ -52,7 +52,10 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
                        "grad_bytes": int, "grad_materialized": bool,      # False: some grads counted from shapes
                        "optimizer_bytes": int,
                        "optimizer_state_materialized": bool,  # False with 0 bytes: no step yet, size unknown
-                       "shared_params": int}}  # NET: actor, critic, reward, reference (bench.telemetry.accounting)
+                       "shared_params": int,  # elements an earlier role already counted (not counted again)
+                       "shared_with": [str]}}  # those earlier roles, e.g. ["actor"] for a LoRA reference (the
+                                       # actor's base with adapters off: no weights of its own); NET: actor,
+                                       # critic, reward, reference (bench.telemetry.accounting)
   },
   "throughput": {
     "wall_s": float,                   # the whole worker, load + train + eval
@@ -69,7 +72,8 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
     "step_s_median": float | null, "step_s_p90": float | null
   },
   "phases": {PHASE: {"time_s": float, "count": int}},   # PHASE: generation, reward, reference, critic,
-                                                        # update, evaluation, other
+                                                        # advantage (suite engine only), update, evaluation,
+                                                        # other (see PHASES)
   "training_change": null | {          # method runs: did training move the trained weights? (param_change)
     "params_changed_fraction": float | null,   # share of trainable elements whose value changed (new != old)
     "update_to_weight_ratio": float | null,    # ||w_end - w_start|| / ||w_start||, L2 over trainable elements
@@ -78,14 +82,35 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
     "reason": str                              # only when not measured: why
   },
   "generation": null | {str: value},   # the decoding settings of the evaluation (GenerationConfig fields)
+  "data_checks": {                     # every run (stages too), recorded before training (bench.data.TaskData)
+    "question_overlap": int,           # test problems whose question text is also a training question (0 expected)
+    "working_overlap": int,            # synthetic task only: test problems sharing their working (operations,
+                                       # operands, results) with a training problem (0 expected)
+    "held_out_by": str                 # how the splits were kept apart (a hash of the working; GSM8K: its files)
+  },                                   # (other keys ending in _overlap: counts of test problems too)
+  "monitors": {                        # runs that evaluated (absent otherwise)
+    "eval": {MONITOR: float}           # bench.monitors.record_monitors of the completions in eval_file:
+  },                                   # completion_length(_p90), truncated_rate, empty_answer_rate,
+                                       # format_only_rate, repetition_rate, repeated_ngram_rate,
+                                       # answer_in_think_rate, reflection_rate, reflection_count
   "curves": [{"step": int, METRIC: float, ...}],        # stable metric names, see METRIC_NAMES
-  "metrics": {str: float | int | str,                   # method-specific scalars (e.g. reward-model pair acc)
+  "metrics": {str: float | int | str,                   # method-specific scalars (e.g. reward-model pair acc;
+                                                        # "monitor_problems": str, TRL GRPO only, present when
+                                                        # its monitors were missing or partial, trl_hooks)
               "lengths": LENGTHS},                      # TRL trainers with a max_length: SFT warm start, DPO,
                                                         # reward model (bench.lengths.LengthBudget)
   "settings": {str: value,                              # method-specific settings ("what differs" table)
                "precision": {NET: {"storage": "float32" | "bfloat16",          # dtype the weights are kept in
                                    "compute": "bfloat16 autocast" | "float32" | "bfloat16",
-                                   "optimizer_state": "float32" | null}},      # null: frozen (bench.precision)
+                                   "optimizer_state": "float32" | null,        # null: frozen (bench.precision)
+                                   "shared_with": "actor"}},  # reference only, LoRA on the suite's engine: it
+                                       # runs the actor's own weights (adapters off), so it has the actor's
+                                       # storage and compute (bench.precision.with_shared_reference)
+               "lora": {"r": int, "alpha": int, "target_modules": str, "dropout": 0.0,
+                        "critic": bool},  # suite engine with train.lora on: the adapters (critic: PPO's critic
+                                       # has its own adapters + a trained value head, else trains every weight)
+               "reference": str,       # suite engine with LoRA: "the actor's base model with its adapters
+                                       # disabled (shares the actor's weights)"
                "generation": {GenerationConfig field: value}},  # sampling settings (online methods, pool)
                                                         # LENGTHS = {"max_length": int (tokens), "examples": int,
                                                         #   "truncated": int, "dropped": int, "longest": int

@@ -303,7 +303,8 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     inputs = job_inputs(job)
     result["environment"] = capture_environment(Path(job.get("repo_dir") or "."))
     tokenizer = load_run_tokenizer(spec, inputs)
-    train_rows, test_rows = load_rows(spec, tokenizer, job["seed"])
+    train_rows, test_rows, checks = load_rows(spec, tokenizer, job["seed"])
+    result["data_checks"] = checks  # the held-out split's overlap checks (0 expected), recorded for every run
     telemetry = build_telemetry(spec, job["kind"])
     live["telemetry"] = telemetry  # its readings describe a failure too
     if job.get("sweep"):  # a sweep point: its prediction (before training, so a failure keeps it), the OOM hook
@@ -364,11 +365,13 @@ def load_run_tokenizer(spec: Any, inputs: dict[str, Path | None]) -> Any:
     return load_tokenizer(initial_model_source(spec, corpus))
 
 
-def load_rows(spec: Any, tokenizer: Any, seed: int) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """(train_rows, test_rows) with rendered prompts, in the matched order of ``seed``."""
-    from bench.data import matched_rows
+def load_rows(spec: Any, tokenizer: Any, seed: int
+              ) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, int | str]]:
+    """(train_rows, test_rows, checks): rendered prompts in the matched order of ``seed``, and what was checked
+    about the test split being held out (``bench.data.TaskData.checks``: ``*_overlap`` counts, 0 expected)."""
+    from bench.data import matched_data
 
-    return matched_rows(spec, tokenizer, seed)
+    return matched_data(spec, tokenizer, seed)
 
 
 def build_telemetry(spec: Any, kind: str) -> Any:
@@ -479,6 +482,10 @@ def assemble_evaluation(result: dict[str, Any], run_dir: Path, evaluation: dict[
     result["generation"] = evaluation.get("generation")  # the decoding settings the evaluation used
     write_jsonl(run_dir / EVAL_FILE, evaluation["records"])
     result["eval_file"] = EVAL_FILE
+    # The reward-hacking and 'aha' monitors of the final evaluation, the same definitions as the training curves.
+    from bench.monitors import record_monitors
+
+    result["monitors"] = {"eval": record_monitors(evaluation["records"])}
     before = read_result(warm_start_dir) if warm_start_dir else None
     before_accuracy = (before or {}).get("accuracy") or {}
     if before is not None:
