@@ -467,7 +467,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-_ORDER = ("generation", "reward", "reference", "critic", "update", "evaluation", "other")
+_ORDER = ("generation", "reward", "reference", "critic", "advantage", "update", "evaluation", "other")
 
 
 def _phase_order(name: str) -> tuple[int, str]:
