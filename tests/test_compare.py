@@ -48,9 +48,10 @@ def test_every_headline_number_and_its_difference(pair: tuple[Path, Path, Path])
     numbers = {line.split(" | ")[1]: line.split(" | ")[2:] for line in rows}
     assert numbers["completions/s (1/s)"] == ["160.00", "320.00", "+160.00 1/s, 2.00× |"]
     assert numbers["static memory, accounting (MiB)"][:2] == ["17.00", "17.00"]
-    assert numbers["accuracy after"][2].startswith("+0.0 pp")
-    assert any(line.startswith("| DPO (TRL, pool pairs) | accuracy after | not in this run | failed |")
+    assert numbers["accuracy after (suite-strict)"][2].startswith("+0.0 pp")  # the row names its scoring mode
+    assert any(line.startswith("| DPO (TRL, pool pairs) | accuracy after (suite-strict) | not in this run | failed |")
                for line in md.splitlines())
+    assert "- Accuracy: every folder in suite-strict (" in md
     page = (pair[2] / "index.html").read_text(encoding="utf-8")
     assert "Environment differences" in page and "+160.00 1/s, 2.00×" in page
     assert "http://" not in page and "https://" not in page and "<img" not in page  # self-contained
@@ -67,3 +68,16 @@ def test_bench_compare_runs_where_torch_cannot_be_imported(tmp_path: Path, pair:
     proc = run_without_torch(tmp_path, "compare", str(pair[0]), str(pair[1]), "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "out" / "index.html").is_file() and (tmp_path / "out" / "compare.md").is_file()
+
+
+def test_folders_with_different_headline_modes_compare_in_one_mode(tmp_path: Path) -> None:
+    a = write_suite(tmp_path, methods=("grpo",), name="a")
+    b = write_suite(tmp_path, methods=("grpo",), name="b")
+    (b / "report_settings.json").write_text(json.dumps({"headline_mode": "suite-flexible"}), encoding="utf-8")
+    compare([a, b], tmp_path / "cmp")
+    md = (tmp_path / "cmp" / "compare.md").read_text(encoding="utf-8")
+    # Both folders in a's headline mode (suite-strict: 160 of 400), so the difference is like for like: 0.
+    row = next(line for line in md.splitlines() if line.startswith("| GRPO (TRL) | accuracy after (suite-strict) |"))
+    assert row.split(" | ")[2].startswith("40.0%") and row.split(" | ")[3].startswith("40.0%")
+    assert row.split(" | ")[4].startswith("+0.0 pp")
+    assert "- b: its own headline mode is suite-flexible; compared here in suite-strict, like for like." in md

@@ -76,12 +76,19 @@ def environment_rows(suites: list[Suite]) -> tuple[list[list[str]], list[list[st
     return differ, same
 
 
-def _numbers(suite: Suite) -> dict[str, dict[str, Value]]:
-    """Label -> metric key -> Value, seeds pooled (the mean over ok seeds)."""
+def compared_mode(suites: list[Suite]) -> str:
+    """The one scoring mode every folder's accuracy is compared in: the first folder's headline mode (two
+    folders with different headline modes are still compared like for like)."""
+    return headline_mode(suites[0])
+
+
+def _numbers(suite: Suite, mode: str | None = None) -> dict[str, dict[str, Value]]:
+    """Label -> metric key -> Value, seeds pooled (the mean over ok seeds); accuracy in ``mode`` (default: the
+    folder's headline mode)."""
     groups: dict[str, list[Run]] = {}
     for run in suite.methods:
         groups.setdefault(run.label, []).append(run)
-    mode = headline_mode(suite)
+    mode = mode or headline_mode(suite)
     out = {}
     for label, runs in groups.items():
         ok = [r for r in runs if r.status == "ok"]
@@ -137,7 +144,8 @@ def _difference(a: Value, b: Value, key: str, unit: str, digits: int) -> str:
 def headline_rows(suites: list[Suite]) -> tuple[list[str], list[list[str]]]:
     """Header and rows: method, number, one value per folder, then the difference of each folder from the first."""
     names = _names(suites)
-    numbers = [_numbers(s) for s in suites]
+    mode = compared_mode(suites)
+    numbers = [_numbers(s, mode) for s in suites]
     labels = list(dict.fromkeys(lbl for n in numbers for lbl in n))
     header = ["method", "number", *names] + [f"{n} − {names[0]}" for n in names[1:]]
     rows = []
@@ -147,7 +155,7 @@ def headline_rows(suites: list[Suite]) -> tuple[list[str], list[list[str]]]:
             cells = [n.get(label, {}).get(key, absent) for n in numbers]
             if all(c.value is None for c in cells) and key in ("static", "tokens", "completions"):
                 continue  # e.g. DPO's generation rates: nothing to compare anywhere
-            shown_unit = "" if key in ("peak", "before", "after") else f" ({unit})"
+            shown_unit = f" ({mode})" if key in ("before", "after") else "" if key == "peak" else f" ({unit})"
             rows.append([label, title + shown_unit, *[c.text for c in cells]]
                         + [_difference(cells[0], c, key, unit, digits) for c in cells[1:]])
     return header, rows
@@ -192,6 +200,16 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
 
 
+def mode_notes(suites: list[Suite]) -> list[str]:
+    """Which scoring mode the accuracy rows use, and a note when a folder's own headline mode is another."""
+    mode = compared_mode(suites)
+    names = _names(suites)
+    notes = [f"Accuracy: every folder in {fmt.mode_note(mode)}."]
+    notes += [f"{n}: its own headline mode is {s.headline_mode}; compared here in {mode}, like for like."
+              for n, s in zip(names, suites) if headline_mode(s) != mode]
+    return notes
+
+
 def compare_markdown(suites: list[Suite]) -> str:
     names = _names(suites)
     differ, same = environment_rows(suites)
@@ -200,7 +218,8 @@ def compare_markdown(suites: list[Suite]) -> str:
              "Folders: " + ", ".join(f"`{s.suite_dir.resolve()}`" for s in suites)
              + f". Differences are each folder minus the first ({names[0]}).", "", "## Environment differences", ""]
     parts += [_md_table(["field", *names], differ) if differ else "None recorded.", "", "## Headline numbers", "",
-              _md_table(header, rows), "", "## Environment in common", ""]
+              _md_table(header, rows), ""] + [f"- {n}" for n in mode_notes(suites)]
+    parts += ["", "## Environment in common", ""]
     parts += [_md_table(["field", "value"], [r[:2] for r in same]) if same else "Nothing in common was recorded.", ""]
     return "\n".join(parts)
 
@@ -210,6 +229,7 @@ def compare_html(suites: list[Suite]) -> str:
     differ, same = environment_rows(suites)
     header, rows = headline_rows(suites)
     problems = [f"{n}: {fmt.cap_text(p)}" for n, s in zip(names, suites) for p in s.problems]
+    problems += mode_notes(suites)
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     return env.from_string(TEMPLATE).render(names=names, paths=[str(s.suite_dir.resolve()) for s in suites],
                                             env_differ=differ, env_same=same, header=header, rows=rows,
