@@ -144,6 +144,8 @@ def stage_result(name: str, label: str) -> dict[str, Any]:
     res.update(status="ok", started_at="2026-11-30T11:00:00+00:00", finished_at="2026-11-30T11:01:00+00:00",
                environment=dict(ENVIRONMENT), spec={"preset": "cpu-tiny"})
     res["throughput"] = {"wall_s": 30.0}
+    if name == "warm_start":  # the start's own evaluation monitors: what every method began from
+        res["monitors"] = {"eval": {**EVAL_MONITORS, "reflection_rate": 0.02, "completion_length": 18.0}}
     # 104 of 200 held-out pairs right: 52.0%, a Wilson interval that contains 50% (a chance-level reward model)
     res["metrics"] = ({"pair_accuracy": 0.546, "heldout_pairs": 200, "heldout_pair_accuracy": 0.52}
                       if name == "reward_model" else {})

@@ -224,6 +224,9 @@ def test_reward_hacking_monitors_table_and_flags(full: Path) -> None:
     grpo = dict(zip(header, rows["GRPO (TRL)"]))
     assert grpo["empty answer (%)"] == "5.0%" and grpo["answer in think block (%)"] == "30.0%"
     assert grpo["reflection phrases (phrases per completion)"] == "0.2"
+    start = dict(zip(header, rows["start: Warm start (SFT)"]))  # first row: what every method began from
+    assert list(rows)[1] == "start: Warm start (SFT)" and start["reflection (any phrase) (%)"] == "2.0%"
+    assert start["completion length (tokens)"] == "18"
     # Flags: one warning line per crossing under the per-run results, and one finding naming the run.
     results = md.split("## Results per method\n", 1)[1].split("\n## ", 1)[0]
     assert ("> **Warning:** PPO (reward model): truncated_rate 30.0% > 20.0%" in results
@@ -239,6 +242,18 @@ def test_reward_hacking_monitors_table_and_flags(full: Path) -> None:
 def test_no_flag_finding_without_a_crossing(tmp_path: Path) -> None:
     suite = write_suite(tmp_path, methods=("grpo", "ppo_verifier"))
     assert not any(f.text.startswith("Training monitors") for f in findings(load_suite(suite)))
+
+
+def test_monitor_problems_are_noted_under_the_dynamics_table(tmp_path: Path) -> None:
+    from bench.report.dynamics import dynamics_table
+
+    suite = write_suite(tmp_path, methods=("grpo",))
+    path = suite / "runs" / "grpo-s0" / "result.json"
+    data = json.loads(path.read_text())
+    data["metrics"] = {"monitor_problems": "no completion lengths at 3 of 20 steps"}
+    path.write_text(json.dumps(data))
+    notes = dynamics_table(load_suite(suite)).notes
+    assert "GRPO (TRL): monitors incomplete: no completion lengths at 3 of 20 steps" in notes
 
 
 def test_reward_overoptimisation_table_warning_and_finding(full: Path) -> None:
@@ -267,7 +282,8 @@ def test_control_arm_zero_change_is_not_a_warning(full: Path) -> None:
 def test_headline_numbers_say_their_scoring_mode(full: Path) -> None:
     md = (full / "summary.md").read_text(encoding="utf-8")
     assert "accuracy suite-strict before → after (95% CI)" in md_rows(md, "Headline")["method"]
-    assert md_rows(md, "Results per method")["method"][3] == "accuracy suite-strict (headline; before → after, 95% CI)"
+    header = md_rows(md, "Results per method")["method"]
+    assert header[3] == "accuracy suite-strict (headline; before → after, 95% CI)"
     for f in findings(load_suite(full)):
         if "pp" in f.text or "accuracy" in f.text.lower():
             assert "suite-strict" in f.basis or "pairs" in f.basis or "rm_score" in f.basis, f

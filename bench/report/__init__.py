@@ -5,7 +5,9 @@ be rebuilt on a laptop from a GPU box's results folder (``python -m bench.report
 
 The page and summary.md open with generated findings (bench.report.findings), the seed texts' claims checked
 against the measurements (bench.report.claims, baselines/claims.yaml), the headline per method and a citation
-block (bench.report.overview, bench.report.citation); ``bench compare`` (bench.report.compare) puts two or
+block (bench.report.overview, bench.report.citation); what training did (bench.report.dynamics: training
+dynamics, reward-hacking monitors and their flags, reward over-optimisation; the "aha" and over-optimisation
+figures are in bench.report.figures); ``bench compare`` (bench.report.compare) puts two or
 more suite folders side by side; scripts/check_report.sh opens a page in headless Chromium.
 
 Every file is written atomically (a temporary file renamed over the old one), so an interrupted or failed

@@ -33,6 +33,8 @@ PPO_DYNAMICS = ("value_loss", "explained_variance")
 EVAL_MONITORS = ("empty_answer_rate", "format_only_rate", "repeated_ngram_rate", "answer_in_think_rate",
                  "truncated_rate", "reflection_rate", "reflection_count", "completion_length")
 """Columns of the reward-hacking monitors table (final evaluation), in the order a reader checks them."""
+START_STAGE = "warm_start"
+"""The stage whose evaluation is every method's 'before' (its monitors head the monitors table)."""
 SHORT = {"reward": "reward", "kl": "KL", "entropy": "entropy", "completion_length": "completion length",
          "zero_std_groups": "zero-variance groups", "clipfrac": "clip fraction", "grad_norm": "grad norm",
          "value_loss": "value loss", "explained_variance": "explained variance",
@@ -129,12 +131,18 @@ def dynamics_table(suite: Suite) -> fmt.Table:
              "Metric meanings and units: bench.results.METRIC_NAMES; thresholds: bench.monitors.THRESHOLDS."]
     if flag_lines(suite):
         notes.append("Monitor flags (a threshold crossed) are shown as warnings under Results per method.")
+    notes += monitor_problems(suite)
     return fmt.Table(["method", "seeds", "logged steps", *(column(n) for n in names)], rows, notes)
 
 
 def monitors_table(suite: Suite) -> fmt.Table:
-    """The final evaluation's reward-hacking and 'aha' monitors per method, averaged over its ok seeds."""
+    """The final evaluation's reward-hacking and 'aha' monitors per method, averaged over its ok seeds, after
+    the warm start's (the checkpoint every method began from) when it recorded them."""
     groups = _by_label(suite, lambda r: bool(eval_monitors(r)))
+    start = next((r for r in suite.stages if r.status == "ok" and r.result.get("method") == START_STAGE
+                  and eval_monitors(r)), None)
+    if start is not None:  # the checkpoint every method began from: the row each method's change is read against
+        groups = {f"start: {start.label}": [start], **groups}
     if not groups:
         return fmt.Table([], [])
     present = {n for runs in groups.values() for r in runs for n in eval_monitors(r)}
@@ -151,6 +159,18 @@ def monitors_table(suite: Suite) -> fmt.Table:
     if limits:
         notes.append(f"Flag thresholds: {limits}.")
     return fmt.Table(["method", "seeds", *(column(n) for n in names)], rows, notes)
+
+
+def monitor_problems(suite: Suite) -> list[str]:
+    """'GRPO (TRL): monitors incomplete: ...' for every run whose recipe recorded ``metrics.monitor_problems``
+    (TRL GRPO when its monitor hook saw missing or partial data): a dash there is not a zero."""
+    names = fmt.display_names(suite.methods)
+    out = []
+    for run in suite.methods:
+        problem = (run.result.get("metrics") or {}).get("monitor_problems")
+        if isinstance(problem, str) and problem:
+            out.append(f"{names[run.run_id]}: monitors incomplete: {fmt.cap_text(problem, 300)}")
+    return out
 
 
 def flag_lines(suite: Suite) -> list[str]:

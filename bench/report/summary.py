@@ -82,6 +82,12 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def warning_lines(warnings: list[str]) -> list[str]:
+    """Each warning as its own Markdown blockquote, a blank line after each: consecutive '>' lines would
+    otherwise render as one run-on paragraph."""
+    return [line for w in warnings for line in (f"> **Warning:** {_md_cell(w)}", "")]
+
+
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
@@ -100,7 +106,7 @@ def md_table_section(title: str, intro_text: str, table: fmt.Table) -> list[str]
     best = getattr(table, "best", set())
     rows = [[f"**{c}**" if (i, j) in best else c for j, c in enumerate(row)] for i, row in enumerate(table.rows)]
     lines = [f"## {title}", ""] + ([intro_text, ""] if intro_text else []) + [_md_table(table.header, rows), ""]
-    lines += [f"> **Warning:** {_md_cell(w)}" for w in table.warnings] + ([""] if table.warnings else [])
+    lines += warning_lines(table.warnings)
     lines += [f"- {_md_cell(n)}" for n in table.notes] + ([""] if table.notes else [])
     return lines
 
@@ -166,7 +172,7 @@ def scaling_lines(suite: Suite) -> list[str]:
     lines = ["## Scaling (sweep)", "", INTROS["scaling"], ""]
     for title, table in found.items():
         lines += [f"### {title}", "", _md_table(table.header, table.rows), ""]
-        lines += [f"> **Warning:** {_md_cell(w)}" for w in table.warnings] + ([""] if table.warnings else [])
+        lines += warning_lines(table.warnings)
         lines += [f"- {_md_cell(n)}" for n in table.notes] + ([""] if table.notes else [])
     return lines
 
@@ -199,7 +205,7 @@ def summary_markdown(suite: Suite) -> str:
         if errors:
             parts.append("")
         warnings = tables.run_warnings(suite)
-        parts += [f"> **Warning:** {_md_cell(w)}" for w in warnings] + ([""] if warnings else [])
+        parts += warning_lines(warnings)
     else:
         parts += ["No method runs were planned or found.", ""]
     detail = tables.detail_tables(suite)

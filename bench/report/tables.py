@@ -505,7 +505,8 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
     The statistics tables of issue 9 follow the original five: per-seed values, the seed-level t-tests, each
     method against its start, the reward model's held-out accuracy, the control arm's check and the published
     anchors; then what training did (bench.report.dynamics: reward over-optimisation, training dynamics, the
-    final evaluation's monitors). The between-method McNemar table is :func:`paired_tests_table` (placed by the page beside these).
+    final evaluation's monitors). The between-method McNemar table is :func:`paired_tests_table` (placed by
+    the page beside these).
     """
     return {
         "seeds": seeds.across_seeds(suite),
