@@ -412,16 +412,20 @@ def _series(run: Run, metric: str) -> list[tuple[float, float]]:
 def _draw_panels(axes: Any, runs: list[Run], panels: list[tuple[str, float, str]],
                  suite: Suite) -> None:
     """One panel per (metric, scale, y label) stacked over a shared step axis; one line per run in its method's
-    colour (the lr-0 control dashed grey: its curve is the noise floor)."""
-    names, colors = fmt.display_names(suite.methods), method_colors(suite)
+    colour, one legend entry per method (the lr-0 control dashed grey: its curve is the noise floor)."""
+    colors = method_colors(suite)
     for ax, (metric, scale, ylabel) in zip(axes[:, 0], panels):
+        named: set[str] = set()
         for run in runs:
             pts = _series(run, metric)
             if not pts:
                 continue
             control = run.result.get("method") == CONTROL_METHOD
+            # Seeds of a method share its colour and one legend entry: 3 seeds x 6 methods stay a short legend.
+            label = "_nolegend_" if run.label in named else run.label
+            named.add(run.label)
             ax.plot([s for s, _ in pts], [scale * v for _, v in pts], color=colors[run.label],
-                    linestyle="--" if control else "-", linewidth=1.6, label=names[run.run_id],
+                    linestyle="--" if control else "-", linewidth=1.6, label=label,
                     marker="." if len(pts) < 30 else None)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -446,7 +450,8 @@ def aha_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     axes[0][0].set_title("The 'aha' monitor: reflection phrases and completion length during training")
     name = _save(fig, out_dir, "aha.png")
     return FigureInfo(name, "Reflection-phrase rate ('wait', 'let me check', 'verify', ...; bench.monitors) and "
-                            "mean completion length per logged step, per method run; the lr-0 control dashed. A "
+                            "mean completion length per logged step, one line per run (seeds of a method share its "
+                            "colour); the lr-0 control dashed. A "
                             "rise in both together is the 'aha moment' the seed texts describe.")
 
 
