@@ -645,6 +645,8 @@ def _outcome_line(result: dict[str, Any] | None) -> str:
         error = (result or {}).get("error") or {}
         if error.get("type") == INTERRUPTED:
             return "interrupted (--resume re-runs it)"
+        if error.get("type") == OUT_OF_MEMORY and isinstance((result or {}).get("sweep"), dict):
+            return f"out of memory in phase {error.get('phase') or 'unknown'} (a sweep point: expected, not a failure)"
         return f"FAILED {error.get('type', '')}: {cap_text(str(error.get('message', '')), CONSOLE_REASON_LIMIT)}"
     parts = ["ok"]
     after = (result.get("accuracy") or {}).get("after")
