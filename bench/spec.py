@@ -315,6 +315,22 @@ class SweepSpec:
     """Test hook: an out-of-memory error at one point (see OomInjectionSpec)."""
 
 
+@dataclass
+class LauncherSpec:
+    """Several processes per method run (bench.launch; `bench run --launcher accelerate --num-processes N`)."""
+
+    name: Literal["none", "accelerate"] = "none"
+    """none: each run is one process; accelerate: each method run that maps its budget onto several processes
+    (the suite engine's methods, TRL's GRPO) is started by `accelerate launch` as num_processes ranks, each on its
+    shard of every step's prompts; shared stages and TRL's DPO stay one process."""
+    num_processes: int = 1
+    """Ranks per method run (>= 1; > 1 needs name accelerate). train.prompts_per_step must divide by it. More than
+    one on a CPU-only machine runs over gloo (a test of the path, not a speed-up)."""
+    config_file: str | None = None
+    """An accelerate config file (null: the shipped bench/accelerate/ddp.yaml); shipped: ddp, zero2, zero3,
+    zero3_offload (DeepSpeed ones need GPUs and DeepSpeed)."""
+
+
 def _default_methods() -> dict[str, Any]:
     from bench.registry import METHODS, default_config
 
@@ -356,6 +372,8 @@ class Spec:
     telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
     sweep: SweepSpec = field(default_factory=SweepSpec)
     """Sweep axes (bench.sweep); empty: no sweep."""
+    launcher: LauncherSpec = field(default_factory=LauncherSpec)
+    """Several processes per method run (bench.launch); default: one."""
     methods: dict[str, Any] = field(default_factory=_default_methods)
     """Contestants by registry name (bench.registry); each value is that recipe's ``Config``, whose fields are
     documented in the recipe file (baselines/<method>.py). Unknown names and keys are rejected."""
@@ -689,6 +707,7 @@ SPEC_RULES: dict[str, Rule] = {
     "eval.samples_in_report": at_least(0),
     "telemetry.sample_interval_ms": above(0),
     "telemetry.warmup_steps": at_least(0),
+    "launcher.num_processes": COUNT,
     "sweep.steps": COUNT,
     "sweep.warmup_steps": at_least(0),
 }
@@ -728,6 +747,9 @@ def validate(spec: Spec) -> None:
             raise SpecError(message)
 
     check_rules(spec, SPEC_RULES)
+    from bench.launch import validate_launcher
+
+    validate_launcher(spec)  # launcher, process count, config file (one line each)
     if spec.sweep.axes:  # a sweep runs its points, never the base: each point is checked whole (bench.sweep)
         from bench.sweep import validate_sweep
 
