@@ -24,6 +24,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from bench.plan import describe_plan, make_plan
     from bench.spec import load_spec
 
+    args.overrides = [*args.overrides, *launcher_overrides(args)]  # so the --resume command repeats them
     spec = load_spec(args.preset, args.overrides)
     if args.dry_run:
         print(describe_plan(spec, make_plan(spec)))
@@ -58,6 +59,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"are kept; free space there and resume with: {resume}", file=sys.stderr)
         return 1
     return outcome.exit_code
+
+
+def launcher_overrides(args: argparse.Namespace) -> list[str]:
+    """--launcher / --num-processes / --accelerate-config as spec overrides (launcher.*; bench.launch), the config
+    file made absolute (workers and --resume may run from another folder). The spec checks them (one line, exit 2)."""
+    out = []
+    if args.launcher is not None:
+        out.append(f"launcher.name={args.launcher}")
+    if args.num_processes is not None:
+        out.append(f"launcher.num_processes={args.num_processes}")
+    if args.accelerate_config is not None:
+        out.append(f"launcher.config_file={Path(args.accelerate_config).expanduser().resolve()}")
+    return out
 
 
 def resume_command(preset: str, suite_dir: Path, overrides: list[str]) -> str:
@@ -131,6 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true",
                      help="continue --out (default: REPORTS_DIR/latest), skipping runs already complete")
     run.add_argument("--dry-run", action="store_true", help="validate the spec and print the plan; run nothing")
+    run.add_argument("--launcher", choices=["none", "accelerate"], default=None,
+                     help="start each method run as several processes through `accelerate launch` (the suite "
+                          "engine's methods and TRL's GRPO; stages and DPO stay one process); spec: launcher.name")
+    run.add_argument("--num-processes", type=int, default=None, metavar="N",
+                     help="processes per method run with --launcher accelerate (>= 1; train.prompts_per_step must "
+                          "divide by it); spec: launcher.num_processes")
+    run.add_argument("--accelerate-config", default=None, metavar="FILE",
+                     help="accelerate config file (default: bench/accelerate/ddp.yaml; shipped: ddp, zero2, zero3, "
+                          "zero3_offload, DeepSpeed ones need GPUs); spec: launcher.config_file")
     run.add_argument("overrides", nargs="*", metavar="key.path=value", help="spec overrides, e.g. train.steps=200")
     run.set_defaults(func=_cmd_run)
 
