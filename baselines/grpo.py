@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 LABEL = "GRPO (TRL)"
 ENGINE = "trl"
+DATA_PARALLEL = True
+"""Under a launcher (bench.launch) it runs as N processes: TRL takes the distributed state from the launcher and
+each rank generates for prompts_per_step / N prompts of every step (see grpo_config)."""
 
 
 @dataclass
@@ -63,6 +66,12 @@ def validate(spec: Any, cfg: Config, key: str) -> None:
     check_rules(cfg, {"learning_rate": RATE, "beta": RATE}, f"{key}.")
     require_groups(spec, key)
     check_micro_batching(spec.completions_per_step, spec.train.micro_batch_size, "completions")
+    from bench.launch import active
+
+    processes = spec.launcher.num_processes if active(spec) else 1
+    if processes > 1:  # each rank micro-batches its own share (bench.launch checks that N divides the prompts)
+        check_micro_batching(spec.completions_per_step // processes, spec.train.micro_batch_size,
+                             f"completions per process ({processes} processes)")
 
 
 def describe(spec: Any, cfg: Config) -> dict[str, str]:
@@ -84,8 +93,11 @@ CURVE_NAMES = curve_names({
 
 
 def grpo_config(ctx: RunContext) -> "GRPOConfig":
-    """The matched budget as a GRPOConfig: one optimizer step per batch of prompts_per_step x G completions."""
+    """The matched budget as a GRPOConfig: one optimizer step per batch of prompts_per_step x G completions
+    (over all ranks under a launcher)."""
     from trl import GRPOConfig
+
+    from bench.launch import world_size
 
     from bench.generation import decoding_settings
     from bench.precision import storage_dtype
@@ -94,7 +106,9 @@ def grpo_config(ctx: RunContext) -> "GRPOConfig":
     decoding = decoding_settings(spec.generation)  # the same settings the sample pool and the engine sample with
     # TRL counts completions, not prompts; with micro-batches it accumulates over them and still generates
     # the whole step's batch at once (steps_per_generation defaults to gradient_accumulation_steps).
-    per_device, accumulation = micro_batching(spec.completions_per_step, t.micro_batch_size)
+    # Under a launcher TRL's batch is per device: per_device x accumulation x N = prompts_per_step x G, so each of
+    # the N ranks generates and trains on prompts_per_step / N prompts' G completions of every step.
+    per_device, accumulation = micro_batching(spec.completions_per_step // world_size(), t.micro_batch_size)
     args = matched_training_args(spec, ctx, max_steps=t.steps, learning_rate=cfg.resolved_learning_rate(spec),
                                  batch_size=per_device)
     args["gradient_accumulation_steps"] = accumulation
@@ -124,12 +138,27 @@ def grpo_config(ctx: RunContext) -> "GRPOConfig":
     return GRPOConfig(**args)
 
 
+def recording_prompt_ids(reward_func: Any, seen: list[int]) -> Any:
+    """``reward_func`` unchanged, plus the ``prompt_id`` column of each batch (one per prompt, not per completion)
+    appended to ``seen``: the prompts this rank generated for."""
+    import functools
+
+    @functools.wraps(reward_func)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        ids = kwargs.get("prompt_id") or []
+        seen.extend(i for n, i in enumerate(ids) if n == 0 or ids[n - 1] != i)
+        return reward_func(*args, **kwargs)
+
+    return recorded
+
+
 def train(ctx: RunContext) -> TrainOutcome:
     """Train with GRPOTrainer on the matched prompts; return the policy and its reference."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
     from bench.generation import decoding_settings, eos_token_ids, generation_config, sampling_settings
+    from bench.launch import world_size
 
     spec, t, r = ctx.spec, ctx.spec.train, ctx.spec.reward
     policy, tokenizer = load_initial_policy(ctx)
@@ -141,6 +170,8 @@ def train(ctx: RunContext) -> TrainOutcome:
                                                   r.length_penalty, count_tokens)
     # The training-dynamics monitors ride on the accuracy function (it gets the gold column): TRL hands it
     # log_metric, and the monitors land in log_history as monitors/<name> (bench.telemetry.trl_hooks).
+    if world_size() > 1:  # which prompts this rank trained on, for its rank file (bench.launch)
+        reward_funcs[0] = recording_prompt_ids(reward_funcs[0], ctx.telemetry.prompt_ids)
     reward_funcs[0] = with_monitors(reward_funcs[0])
     config = grpo_config(ctx)
     config.reward_weights = weights
@@ -150,6 +181,8 @@ def train(ctx: RunContext) -> TrainOutcome:
         sampling_settings(spec, tokenizer, eos_token_ids(policy, tokenizer), greedy=False))
     rows = prompts_for_steps(ctx.train_rows, t.steps, t.prompts_per_step)
     dataset = Dataset.from_list([{"prompt": row["prompt"], "answer": row["answer"]} for row in rows])
+    if world_size() > 1:  # the position of each prompt in the matched order, passed on to the reward functions
+        dataset = dataset.add_column("prompt_id", list(range(len(rows))))
     trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=lora_config(spec))
     run_trainer(ctx, trainer, t.steps)

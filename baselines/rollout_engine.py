@@ -30,6 +30,14 @@ RLHF with PPO"; TRL's GRPOTrainer):
   (``AdapterOffReference``: no second copy of the weights, and the accounting reports it as shared); the critic is
   the policy backbone with its own adapters plus a fully trained value head (``train.lora.critic``, default) or
   fully trained; the reward model stays frozen. Adapter dropout is off, as all dropout here.
+- Several processes (bench.launch, ``accelerate launch``): each rank samples its shard of every step's prompts
+  (rank k takes prompts k x P/N .. (k + 1) x P/N - 1 of the step, in the seeded global order), so the ranks train
+  on different prompts and together on the step's P x G completions. The actor and the critic are wrapped in
+  torch's DistributedDataParallel (gradients averaged over the ranks at the last micro-batch's backward); the
+  reference and the reward model are replicated, frozen. Step metrics are averaged over the ranks before they are
+  logged; only rank 0 evaluates and writes the result (bench.worker). Each rank normalises its loss over its own
+  completions and DDP averages: the global loss for per-sequence aggregations (grpo), a mean of the ranks' token
+  means for token-mean ones; PPO whitens advantages per rank. With one process nothing of this runs.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import torch
 from torch import nn
 
 from baselines import rl_math as M
+from bench import launch
 from bench.context import MethodConfig, RunContext, TrainOutcome
 from bench.data import prompts_for_steps
 from bench.errors import SpecError
@@ -85,6 +94,10 @@ def validate_engine(spec: Any, cfg: EngineConfig, key: str) -> None:
     if per_step % cfg.minibatches:
         raise SpecError(f"completions per step ({per_step} = train.prompts_per_step x train.group_size) must divide "
                         f"by '{key}.minibatches' ({cfg.minibatches}); choose a divisor")
+    processes = spec.launcher.num_processes if launch.active(spec) else 1
+    if processes > 1 and (per_step // processes) % cfg.minibatches:  # each rank splits its own completions
+        raise SpecError(f"each of the {processes} processes samples {per_step // processes} completions per step, "
+                        f"which must divide by '{key}.minibatches' ({cfg.minibatches}); choose a divisor")
 
 
 def engine_description(spec: Any, cfg: EngineConfig) -> dict[str, str]:
@@ -132,6 +145,15 @@ class ValueModel(nn.Module):
     def values(self, hidden: torch.Tensor) -> torch.Tensor:
         """Shape: (b, T, H) -> (b, T)."""
         return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                completion_length: int) -> torch.Tensor:
+        """Values of the last ``completion_length`` positions, each read before its token: (b, L) -> (b, T).
+
+        What ``Engine.values`` computes, as one call: the form DistributedDataParallel needs (it syncs gradients of
+        what runs through the wrapper's forward)."""
+        hidden = self.hidden(input_ids, attention_mask, position_ids)
+        return self.values(hidden[:, -completion_length - 1: -1])
 
 
 def disable_dropout(model: nn.Module) -> None:
@@ -299,10 +321,36 @@ class Engine:
             self.optimizers["critic"] = self._adamw(self.critic, critic_learning_rate or self.learning_rate)
         self.schedulers = [self._schedule(opt) for opt in self.optimizers.values()]
         self.micro_batch_size = spec.train.micro_batch_size
+        self.rank, self.world_size = launch.rank(), launch.world_size()
+        self.ddp = self._data_parallel()
         self.optimizer_steps = 0
         self.trained_tokens = 0
         self.generated_tokens = 0
         self.completions = 0
+
+    def _data_parallel(self) -> dict[str, nn.Module]:
+        """Role -> the trained network wrapped in DistributedDataParallel (actor, critic); empty with one process.
+
+        Buffers are not broadcast at every forward (they are constants: rotary frequencies); the wrappers share
+        the networks' parameters, so optimizers, clipping, accounting and generation use the networks themselves.
+        """
+        if self.world_size <= 1:
+            return {}
+        from torch.nn.parallel import DistributedDataParallel
+
+        launch.init_process_group(self.device)  # the worker has joined already; idempotent
+        ids = [torch.cuda.current_device()] if torch.device(self.device).type == "cuda" else None
+        trained = {"actor": self.actor, "critic": self.critic}
+        return {role: DistributedDataParallel(net, device_ids=ids, broadcast_buffers=False)
+                for role, net in trained.items() if net is not None}
+
+    def _through_ddp(self, model: nn.Module) -> nn.Module:
+        """The DDP wrapper of ``model`` for a forward whose gradients must be averaged over ranks, else ``model``."""
+        if self.ddp and torch.is_grad_enabled():
+            for role, wrapper in self.ddp.items():
+                if self.networks.get(role) is model:
+                    return wrapper
+        return model
 
     def _adamw(self, model: nn.Module, lr: float) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
@@ -344,7 +392,14 @@ class Engine:
     def sample(self, step: int) -> Rollout:
         """G completions for each of this step's prompts with the matched settings, cut after the first EOS."""
         t, tok = self.spec.train, self.tokenizer
-        rows = self.prompts[(step - 1) * t.prompts_per_step: step * t.prompts_per_step]
+        first = (step - 1) * t.prompts_per_step
+        rows = self.prompts[first: step * t.prompts_per_step]
+        if self.world_size > 1:  # this rank's shard of the step's prompts (validated: N divides prompts_per_step)
+            share = t.prompts_per_step // self.world_size
+            first += self.rank * share
+            rows = rows[self.rank * share: (self.rank + 1) * share]
+            # positions in the matched prompt order: the rank file shows which prompts each rank trained on
+            getattr(self.ctx.telemetry, "prompt_ids", []).extend(range(first, first + share))
         rows = [row for row in rows for _ in range(t.group_size)]  # G completions of a prompt adjacent
         enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
         prompt_ids, prompt_mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
@@ -432,8 +487,9 @@ class Engine:
         T = batch.completion_ids.shape[1]
         temperature = self.spec.generation.temperature
         with self.autocast():
-            out = model(input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows],
-                        position_ids=batch.position_ids[rows], logits_to_keep=T + 1, use_cache=False)
+            out = self._through_ddp(model)(input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows],
+                                           position_ids=batch.position_ids[rows], logits_to_keep=T + 1,
+                                           use_cache=False)
         logits = out.logits[:, :-1]
         logp = M.logprobs_from_logits(logits, batch.completion_ids[rows], temperature)
         entropy = M.entropy_from_logits(logits.detach(), temperature) if with_entropy else None
@@ -445,6 +501,10 @@ class Engine:
         Shape: rows (m,) -> (m, T) float32, reward units.
         """
         T = batch.completion_ids.shape[1]
+        critic = self._through_ddp(self.critic)
+        if critic is not self.critic:  # several processes: through the DDP wrapper, so gradients are averaged
+            with self.autocast():
+                return critic(batch.input_ids[rows], batch.attention_mask[rows], batch.position_ids[rows], T)
         with self.autocast():
             hidden = self.critic.hidden(batch.input_ids[rows], batch.attention_mask[rows], batch.position_ids[rows])
         return self.critic.values(hidden[:, -T - 1: -1])
@@ -472,12 +532,24 @@ class Engine:
         """
         totals: dict[str, torch.Tensor] = {}
         size = self.micro_batch_size or len(rows)
-        for start in range(0, len(rows), size):
-            loss, stats = loss_fn(rows[start:start + size], weights[start:start + size])
-            loss.backward()
+        starts = range(0, len(rows), size)
+        for start in starts:
+            # Several processes: gradients are averaged once, at the minibatch's last backward (DDP no_sync before)
+            with self._no_sync(start != starts[-1]):
+                loss, stats = loss_fn(rows[start:start + size], weights[start:start + size])
+                loss.backward()
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0) + value.detach().float()
         return totals
+
+    def _no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
+        """With ``skip``, DDP's ``no_sync`` of every wrapper (the backward accumulates locally); else nothing."""
+        if not skip or not self.ddp:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for wrapper in self.ddp.values():
+            stack.enter_context(wrapper.no_sync())
+        return stack
 
     def optimise(self, batch: Rollout, loss_fn: LossFn, aggregation: M.Aggregation) -> dict[str, float]:
         """``ppo_epochs`` passes of shuffled minibatches; one clipped AdamW step per minibatch and network.
@@ -529,6 +601,8 @@ class Engine:
         for step in range(1, t.steps + 1):
             events.fire("on_step_begin")
             metrics = {"step": step, **step_fn(step)}
+            if self.world_size > 1:  # every rank logs the mean over the ranks (their shards are equal)
+                metrics = launch.mean_across_ranks(metrics)
             events.state.global_step = step
             events.fire("on_step_end")
             per_step.append(metrics)

@@ -183,6 +183,8 @@ def worker_launch(spec: Any, kind: str, method: str, run_dir: Path, env: Mapping
     if spec.device != "cpu" and spec.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    for stale in run_dir.glob("rank*.json"):  # an earlier attempt's ranks must not be merged into this one
+        stale.unlink(missing_ok=True)
     config = config_path(spec)
     env[LAUNCHER_ENV] = spec.launcher.name
     env[CONFIG_ENV] = str(config)
@@ -191,13 +193,14 @@ def worker_launch(spec: Any, kind: str, method: str, run_dir: Path, env: Mapping
 
 # -- the rank side ------------------------------------------------------------------------------
 def rank() -> int:
-    """This process's global rank (RANK set by the launcher; 0 without one)."""
-    return int(os.environ.get("RANK", "0") or 0)
+    """This process's global rank (RANK set by the launcher; 0 in a run the runner did not launch, whatever the
+    environment says: a RANK inherited from a cluster job must not make a one-process run skip its evaluation)."""
+    return int(os.environ.get("RANK", "0") or 0) if launched() else 0
 
 
 def world_size() -> int:
-    """How many ranks this run has (WORLD_SIZE set by the launcher; 1 without one)."""
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+    """How many ranks this run has (WORLD_SIZE set by the launcher; 1 in a run the runner did not launch)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) if launched() else 1
 
 
 def launched() -> bool:

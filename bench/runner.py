@@ -223,12 +223,14 @@ class Stopper:
 
     @staticmethod
     def _signal_groups(processes: list[subprocess.Popen], signum: int) -> None:
-        """Signal each worker's whole process group (its session, see launch_worker): its children go too."""
+        """Signal each worker's whole process group (its session, see launch_worker): its children go too, and so
+        do the ranks of a launched run, each in a session of its own (:func:`_worker_groups`)."""
         for process in processes:
-            try:
-                os.killpg(process.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                continue
+            for group in _worker_groups(process):
+                try:
+                    os.killpg(group, signum)
+                except (ProcessLookupError, PermissionError):
+                    continue
 
     def _say(self, text: str) -> None:
         try:
@@ -239,19 +241,21 @@ class Stopper:
 
 
 def launch_worker(run_dir: Path, progress: Progress, env: Mapping[str, str] | None = None,
-                  stopper: Stopper | None = None) -> int:
-    """Run ``python -m bench.worker RUN_DIR`` in ``env`` (default: this process's environment); stream its
-    progress; its other output goes to worker.log.
+                  stopper: Stopper | None = None, command: list[str] | None = None) -> int:
+    """Run ``python -m bench.worker RUN_DIR`` (or ``command``: ``accelerate launch ... -m bench.worker RUN_DIR``,
+    bench.launch) in ``env`` (default: this process's environment); stream its progress; its other output goes
+    to worker.log.
 
-    The worker starts in its own session (so its own process group): a Ctrl-C at the terminal reaches the runner
-    only, which then stops each worker's whole group deliberately (:class:`Stopper`). The worker is told this
-    process's PID so that it stops itself if the runner dies.
+    The worker (or the launcher) starts in its own session (so its own process group): a Ctrl-C at the terminal
+    reaches the runner only, which then stops each worker's whole group deliberately (:class:`Stopper`), with the
+    groups of a launcher's ranks. The worker is told this process's PID so that it stops itself if the runner dies.
     """
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     env[PARENT_ENV] = str(os.getpid())
+    argv = command or [sys.executable, "-m", "bench.worker", str(run_dir)]
     with open(run_dir / "worker.log", "w", encoding="utf-8") as log:
-        process = subprocess.Popen([sys.executable, "-m", "bench.worker", str(run_dir)], stdout=subprocess.PIPE,
-                                   stderr=log, text=True, env=env, start_new_session=True)
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+                                   start_new_session=True)
         if stopper is not None:
             stopper.register(process)
         try:
@@ -279,13 +283,38 @@ def _relay_output(process: subprocess.Popen, progress: Progress, log: TextIO) ->
             log.write(line)
 
 
+def _worker_groups(process: subprocess.Popen) -> list[int]:
+    """The worker's process group, then the group of every descendant in another one: accelerate's launcher
+    (torch.distributed's elastic agent) starts each rank in a session of its own, out of reach of the first."""
+    groups = [process.pid]
+    try:
+        import psutil
+
+        for child in psutil.Process(process.pid).children(recursive=True):
+            try:
+                group = os.getpgid(child.pid)
+            except OSError:  # exited meanwhile
+                continue
+            if group not in groups:
+                groups.append(group)
+    except Exception:  # noqa: BLE001 - the worker's own group is still signalled
+        pass
+    return groups
+
+
 def _stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the worker's process group, SIGKILL it if it is still there after KILL_AFTER_S."""
+    """SIGTERM the worker's process group (and its ranks'), SIGKILL them if still there after KILL_AFTER_S."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
+        groups = _worker_groups(process)
         try:
             os.killpg(process.pid, signum)
         except (ProcessLookupError, PermissionError):
             return
+        for group in groups[1:]:
+            try:
+                os.killpg(group, signum)
+            except (ProcessLookupError, PermissionError):
+                continue
         try:
             process.wait(timeout=KILL_AFTER_S)
             return
@@ -627,7 +656,12 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
         "seed": run.seed, "spec": job_spec(spec, run), "inputs": run_inputs(suite_dir, run), "inputs_hash": inputs,
         "repo_dir": str(repo_dir) if repo_dir else None, "sweep": job_sweep(spec, run),
     })
-    status = launch_worker(run_dir, progress, env, stopper)
+    from bench.launch import merge_rank_files, worker_launch
+
+    command, env = worker_launch(spec, run.kind, run.name, run_dir, env)  # accelerate launch, or None: one process
+    status = launch_worker(run_dir, progress, env, stopper, command)
+    if command is not None:  # each rank wrote rank<k>.json; rank 0 the result: one result with every rank's memory
+        merge_rank_files(run_dir)
     if read_result(run_dir) is None:
         if stopper.requested.is_set():
             record_failure(run_dir, run, spec, INTERRUPTED, f"the suite was interrupted ({stopper.signal_name}) "

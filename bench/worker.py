@@ -109,6 +109,8 @@ def run(run_dir: Path) -> int:
     result["spec"] = job["spec"]
     result["inputs_hash"] = job.get("inputs_hash")  # the stage outputs this run reads (see bench.runner)
     live: dict[str, Any] = {}  # the telemetry, once built: its readings describe a failure too
+    from bench import launch
+
     try:
         result = _train_and_evaluate(job, run_dir, result, live)
         result["status"] = "ok"
@@ -116,10 +118,16 @@ def run(run_dir: Path) -> int:
         _interrupts["armed"] = False  # a later SIGTERM must not stop the failure from being written
         result["status"] = "failed"
         result["error"] = failure_record(exc, live.get("telemetry"), live.get("failure_phase"))
-        (run_dir / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        name = "traceback.txt" if launch.is_main() else f"traceback_rank{launch.rank()}.txt"
+        (run_dir / name).write_text(traceback.format_exc(), encoding="utf-8")
     _interrupts["armed"] = False  # from here on the result is written whatever arrives
     result["finished_at"] = now()
     result["throughput"]["wall_s"] = time.perf_counter() - wall_start
+    if launch.launched():  # every rank: its own record; rank 0 alone writes the result (the runner merges them)
+        launch.write_rank_file(run_dir, result, getattr(live.get("telemetry"), "prompt_ids", []))
+        launch.finish()
+        if not launch.is_main():
+            return 0 if result["status"] == "ok" else 1
     if result["status"] == "ok":
         check_own_result(result)
     write_json_atomic(run_dir / "result.json", result)
@@ -218,15 +226,18 @@ PARENT_DIED = getattr(signal, "SIGHUP", signal.SIGTERM)
 handled like SIGTERM, but it says what happened, so the result can tell a dead suite from a stopped one."""
 
 
-def install_stop_handlers(parent_pid: int | None) -> None:
+def install_stop_handlers(parent_pid: int | None, runner_pid: int | None = None) -> None:
     """SIGTERM records the run as interrupted; the death of ``parent_pid`` (the runner) delivers PARENT_DIED,
     which does the same with its own message.
 
     Two ways to notice the parent died, because either alone can miss: Linux's parent-death signal is exact but
     fires when the *thread* that started the worker ends (the runner's threads live until their runs end), and
     polling ``os.getppid()`` once a second works everywhere.
+
+    A rank started by a launcher (bench.launch) passes the launcher as ``parent_pid`` (the runner stops it) and
+    the runner as ``runner_pid``, whose death the same thread notices.
     """
-    _interrupts["armed"], _interrupts["parent"] = True, parent_pid
+    _interrupts["armed"], _interrupts["parent"] = True, runner_pid or parent_pid
     signal.signal(signal.SIGTERM, _on_stop_signal)
     signal.signal(PARENT_DIED, _on_stop_signal)
     if parent_pid is None:
@@ -234,7 +245,7 @@ def install_stop_handlers(parent_pid: int | None) -> None:
     _set_parent_death_signal()
     if os.getppid() != parent_pid:  # the parent died before the signal was set up: nothing to run for
         raise SystemExit(f"bench.worker: the suite process (PID {parent_pid}) is gone; not starting the run")
-    threading.Thread(target=_watch_parent, args=(parent_pid,), name="parent-watch", daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent_pid, runner_pid), name="parent-watch", daemon=True).start()
 
 
 def _on_stop_signal(signum: int, frame: Any) -> None:
@@ -267,14 +278,25 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def _watch_parent(parent_pid: int) -> None:
-    """Once a second: if the runner is gone (this process was re-parented), stop like on an interrupt; if that
-    has not ended the process within ORPHAN_GRACE_S (stuck in native code), exit hard."""
-    while os.getppid() == parent_pid:
+def _watch_parent(parent_pid: int, runner_pid: int | None = None) -> None:
+    """Once a second: if the runner is gone (this process was re-parented, or for a rank: the launcher or the
+    runner is gone), stop like on an interrupt; if that has not ended the process within ORPHAN_GRACE_S (stuck in
+    native code), exit hard."""
+    while os.getppid() == parent_pid and (runner_pid is None or _alive(runner_pid)):
         time.sleep(1.0)
     os.kill(os.getpid(), PARENT_DIED)
     time.sleep(ORPHAN_GRACE_S)
     os._exit(143)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _memory_at_failure(telemetry: Any) -> str | None:
@@ -297,11 +319,19 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     from bench.telemetry import account_networks, capture_environment
     from bench.telemetry.trl_hooks import seam_record
 
+    from bench import launch
+
     spec = load_spec_dict(job["spec"])
     configure_threads(spec, job["kind"])
+    if launch.launched():  # join the ranks before any model is placed (each rank on its own GPU)
+        from bench.models import resolve_device
+
+        launch.init_process_group(resolve_device(spec))
     seed_everything(job["seed"])
     inputs = job_inputs(job)
     result["environment"] = capture_environment(Path(job.get("repo_dir") or "."))
+    if launch.launched():
+        result["environment"]["launcher"] = launch.launcher_environment(spec)
     tokenizer = load_run_tokenizer(spec, inputs)
     train_rows, test_rows, checks = load_rows(spec, tokenizer, job["seed"])
     result["data_checks"] = checks  # the held-out split's overlap checks (0 expected), recorded for every run
@@ -316,11 +346,13 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
         outcome = train_recipe(job["name"], ctx, telemetry)
         networks = account_networks(outcome.networks, outcome.optimizers)
         # eval.enabled false (systems runs on random weights): no accuracy, so result["accuracy"] stays empty.
-        evaluated = evaluates(job) and spec.eval.enabled
+        evaluated = evaluates(job) and spec.eval.enabled and launch.is_main()  # rank 0 alone evaluates
         evaluation = evaluate_policy(spec, outcome, test_rows, telemetry) if evaluated else None
     summary = telemetry.summary()
     count_from_telemetry(outcome, summary.get("counters") or {})
     assemble_training(result, outcome, networks, summary)
+    if job["kind"] == "method" and launch.active(spec):  # the layout, for the report's "what differs"
+        result["settings"]["parallel"] = launch.parallel_settings(spec, job["name"])
     seams = seam_record(telemetry)  # TRL runs: which seams fed which phase (None for the suite's engine)
     if seams is not None:
         result["seams"] = seams
@@ -393,9 +425,21 @@ def build_context(job: dict[str, Any], spec: Any, run_dir: Path, inputs: dict[st
     return RunContext(
         spec=spec, method=job["name"], method_spec=spec.methods.get(job["name"]),
         seed=job["seed"], run_dir=run_dir, device=resolve_device(spec), init_model_dir=inputs.get("init_model_dir"),
-        train_rows=train_rows, telemetry=telemetry, progress=emit_progress, pool_path=inputs.get("pool_path"),
+        train_rows=train_rows, telemetry=telemetry, pool_path=inputs.get("pool_path"),
+        progress=emit_progress if is_main_rank() else _no_progress,  # one progress line per step, from rank 0
         reward_model_dir=inputs.get("reward_model_dir"),
     )
+
+
+def is_main_rank() -> bool:
+    """Rank 0, or a run without a launcher (bench.launch)."""
+    from bench.launch import is_main
+
+    return is_main()
+
+
+def _no_progress(step: int, total: int, metrics: dict[str, float]) -> None:
+    """Progress of a rank other than 0: rank 0 reports the step for every rank."""
 
 
 # -- training ---------------------------------------------------------------------------------------
@@ -501,7 +545,13 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m bench.worker RUN_DIR", file=sys.stderr)
         return 2
     parent = os.environ.get(PARENT_ENV, "")
-    install_stop_handlers(int(parent) if parent.isdigit() else None)
+    runner = int(parent) if parent.isdigit() else None
+    from bench.launch import launched
+
+    if launched():  # a rank: its parent is accelerate's launcher, which the runner stops; the runner is watched too
+        install_stop_handlers(os.getppid(), runner)
+    else:
+        install_stop_handlers(runner)
     return run(Path(args[0]))
 
 
