@@ -3,6 +3,7 @@
 #   ./run_all.sh                 set up .venv if needed, run the default preset, write the report
 #   ./run_all.sh --test [ARGS]   set up .venv if needed, run the test suite (ARGS go to pytest)
 #   ./run_all.sh [--preset NAME] [bench run options / key.path=value overrides]
+#   ./run_all.sh --gpus N [...]  each method run as N processes: bench run --launcher accelerate --num-processes N
 #   ./run_all.sh --print-torch-index CUDA_VERSION
 #                                for tests: print the PyTorch wheel index chosen for a driver that supports
 #                                CUDA_VERSION (e.g. 12.4) and exit; sets nothing up
@@ -139,6 +140,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --preset) [ $# -ge 2 ] || die "--preset needs a name; list them with: .venv/bin/bench presets"; preset="$2"; shift 2 ;;
     --preset=*) preset="${1#--preset=}"; shift ;;
+    --gpus) [ $# -ge 2 ] || die "--gpus needs a process count, e.g. --gpus 8"; args+=(--launcher accelerate --num-processes "$2"); shift 2 ;;
     *) args+=("$1"); shift ;;
   esac
 done
