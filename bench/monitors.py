@@ -209,8 +209,6 @@ def group_monitors(rewards: Sequence[float], group_size: int) -> dict[str, float
 THRESHOLDS: dict[str, tuple[str, float, str]] = {
     "empty_answer_rate": (">", 0.5, "most completions give no answer the strict extraction reads (format "
                                     "collapse or answers cut off)"),
-    "format_only_rate": (">", 0.5, "most completions earn the format reward with a wrong answer (the format "
-                                   "reward is being farmed)"),
     "repeated_ngram_rate": (">", 0.2, "over a fifth of completions repeat a 4-word phrase 3+ times (degenerate "
                                       "repetition)"),
     "repetition_rate": (">", 0.1, "over a tenth of completions are caught in a back-to-back loop"),
@@ -220,6 +218,17 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
                                   "no learning signal"),
 }
 """Declared thresholds: monitor name -> (comparison ``">"`` or ``"<"``, value, why crossing it matters)."""
+
+RISES: dict[str, tuple[float, str]] = {
+    "format_only_rate": (0.15, "more completions earn the format reward with a wrong answer than at the start "
+                               "(the format reward is being farmed rather than answers learned)"),
+}
+"""Monitors judged by how far they rose, not by their level: name -> (rise that flags, as a share; why).
+
+A weak model that answers in the right format is mostly "right format, wrong answer" from its first step (a
+model at 45% accuracy sits near 55%), so a fixed level would flag every weak run, the lr-0 control included.
+Farming shows as a rise: over training (first fifth of logged points to last fifth), and at the final
+evaluation against the starting checkpoint's evaluation."""
 
 _COMPARE = {">": lambda a, b: a > b, "<": lambda a, b: a < b}
 
@@ -267,7 +276,36 @@ def curve_flags(curves: Sequence[Mapping[str, float]]) -> list[str]:
         if values:
             means[name] = sum(values) / len(values)
     note = f" (mean of the last {len(window)} of {len(curves)} logged points)"
-    return [line + note for line in flags(means)]
+    first = list(curves)[:max(1, len(curves) // 5)]
+    rises = rise_flags(_window_means(first, RISES), _window_means(window, RISES))
+    return [line + note for line in flags(means)] + [line + f" (first vs last {len(window)} of {len(curves)} logged "
+                                                     "points)" for line in rises]
+
+
+def _window_means(points: Sequence[Mapping[str, float]], names: Mapping[str, Any]) -> dict[str, float]:
+    """Mean of each of ``names`` over the points that carry it (NaN and missing values skipped)."""
+    means = {}
+    for name in names:
+        values = [float(p[name]) for p in points
+                  if isinstance(p.get(name), (int, float)) and not math.isnan(float(p[name]))]
+        if values:
+            means[name] = sum(values) / len(values)
+    return means
+
+
+def rise_flags(start: Mapping[str, float], end: Mapping[str, float]) -> list[str]:
+    """One line per :data:`RISES` monitor that rose by more than its limit from ``start`` to ``end``, e.g.
+    ``"format_only_rate rose 40.0% -> 62.0% (+22.0 pp > 15.0 pp): ..."``; a monitor missing from either side is
+    skipped."""
+    lines = []
+    for name, (limit, why) in RISES.items():
+        a, b = start.get(name), end.get(name)
+        if not all(isinstance(v, (int, float)) and not math.isnan(v) for v in (a, b)):
+            continue
+        if b - a > limit:
+            lines.append(f"{name} rose {_shown(name, a)} -> {_shown(name, b)} (+{100 * (b - a):.1f} pp > "
+                         f"{100 * limit:.1f} pp): {why}")
+    return lines
 
 
 # ------------------------------------------------------------------------------------ the final evaluation
@@ -280,10 +318,13 @@ def record_monitors(records: Sequence[Mapping[str, Any]],
                                hit_max=[bool(r["hit_max"]) for r in records], phrases=phrases)
 
 
-def run_flags(curves: Sequence[Mapping[str, float]], evaluation: Mapping[str, float] | None = None) -> list[str]:
+def run_flags(curves: Sequence[Mapping[str, float]], evaluation: Mapping[str, float] | None = None,
+              start: Mapping[str, float] | None = None) -> list[str]:
     """Every flag of one run: its training curves (:func:`curve_flags`), then its final evaluation's monitors
-    (:func:`flags`, each line prefixed ``"final evaluation: "``)."""
+    (:func:`flags`, and :func:`rise_flags` against ``start``, the starting checkpoint's evaluation monitors, when
+    given; each line prefixed ``"final evaluation: "``)."""
     lines = curve_flags(curves)
     if evaluation:
-        lines += ["final evaluation: " + line for line in flags(evaluation)]
+        found = flags(evaluation) + (rise_flags(start, evaluation) if start else [])
+        lines += ["final evaluation: " + line for line in found]
     return lines

@@ -114,7 +114,7 @@ def test_flags_name_every_crossed_threshold_in_table_order() -> None:
     assert lines == [
         "empty_answer_rate 62.0% > 50.0%: " + THRESHOLDS["empty_answer_rate"][2],
         "repeated_ngram_rate 25.0% > 20.0%: " + THRESHOLDS["repeated_ngram_rate"][2],
-    ]  # format_only_rate at exactly 50% does not cross; NaN, None and unthresholded names are skipped
+    ]  # format_only_rate is judged by its rise, not its level; NaN, None and unthresholded names are skipped
     assert flags({}) == []
 
 
@@ -155,3 +155,20 @@ def test_run_flags_join_training_and_final_evaluation() -> None:
         + " (mean of the last 1 of 1 logged points)",
         "final evaluation: empty_answer_rate 75.0% > 50.0%: " + THRESHOLDS["empty_answer_rate"][2]]
     assert run_flags([], None) == []
+
+
+def test_format_only_completions_flag_by_how_far_they_rose() -> None:
+    # A weak model is mostly "right format, wrong answer" from the start: 55% then 60% is a rise of 5 pp (no
+    # flag); 40% then 62% is 22 pp > 15 pp (flag). Over training the first and last fifth of points are compared.
+    from bench.monitors import RISES, rise_flags, run_flags
+
+    assert rise_flags({"format_only_rate": 0.55}, {"format_only_rate": 0.60}) == []
+    assert rise_flags({"format_only_rate": 0.40}, {"format_only_rate": 0.62}) == [
+        "format_only_rate rose 40.0% -> 62.0% (+22.0 pp > 15.0 pp): " + RISES["format_only_rate"][1]]
+    curves = [{"format_only_rate": v} for v in (0.3, 0.3, 0.3, 0.3, 0.3, 0.5, 0.5, 0.5, 0.5, 0.6)]
+    lines = run_flags(curves, {"format_only_rate": 0.7}, start={"format_only_rate": 0.5})
+    assert lines == [
+        "format_only_rate rose 30.0% -> 55.0% (+25.0 pp > 15.0 pp): " + RISES["format_only_rate"][1]
+        + " (first vs last 2 of 10 logged points)",
+        "final evaluation: format_only_rate rose 50.0% -> 70.0% (+20.0 pp > 15.0 pp): " + RISES["format_only_rate"][1]]
+    assert run_flags(curves[:5], {"format_only_rate": 0.9}) == []  # flat curve, no start: no flag

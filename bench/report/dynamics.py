@@ -176,11 +176,14 @@ def monitor_problems(suite: Suite) -> list[str]:
 def flag_lines(suite: Suite) -> list[str]:
     """bench.monitors.run_flags of every ok method run, each line prefixed with the run's name."""
     names = fmt.display_names(suite.methods)
+    start = next((r for r in suite.stages if r.status == "ok" and r.result.get("method") == START_STAGE), None)
+    start_monitors = eval_monitors(start) if start is not None else None  # rises are read against the start
     out = []
     for run in suite.methods:
         if run.status != "ok":
             continue
-        out += [f"{names[run.run_id]}: {line}" for line in monitors.run_flags(_points(run), eval_monitors(run))]
+        lines = monitors.run_flags(_points(run), eval_monitors(run), start_monitors)
+        out += [f"{names[run.run_id]}: {line}" for line in lines]
     return out
 
 
