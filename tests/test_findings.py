@@ -323,3 +323,25 @@ def test_aha_and_overoptimisation_figures(full: Path) -> None:
     # A folder without reflection or reward-model curves draws neither.
     bare = load_suite(write_suite(full.parent / "bare", methods=("dpo",)))
     assert figures.aha_figure(bare, out) is None and figures.overoptimisation_figure(bare, out) is None
+
+
+def test_headline_accuracy_of_several_seeds_carries_their_spread(tmp_path: Path) -> None:
+    """Two GRPO seeds at 150 and 170 of N correct: the headline cell gives the mean and the sd over seeds."""
+    from report_fixtures import N, _score, method_result
+    from bench.report.overview import headline_table
+    from bench.results import write_json_atomic
+
+    suite_dir = write_suite(tmp_path, methods=("grpo",))
+    second = method_result("grpo", seed=1)
+    second["accuracy"]["after"] = {"strict": _score(170), "flexible": _score(180)}
+    write_json_atomic(suite_dir / "runs" / "grpo-s1" / "result.json", second)
+    first = json.loads((suite_dir / "runs" / "grpo-s0" / "result.json").read_text())
+    first["accuracy"]["after"] = {"strict": _score(150), "flexible": _score(160)}
+    write_json_atomic(suite_dir / "runs" / "grpo-s0" / "result.json", first)
+    plan = json.loads((suite_dir / "suite.json").read_text())
+    plan["runs"].append("grpo-s1")
+    write_json_atomic(suite_dir / "suite.json", plan)
+    table = headline_table(load_suite(suite_dir))
+    cell = next(c for row in table.rows if row[0].startswith("GRPO") for c in row if "→" in str(c))
+    mean, sd = (150 + 170) / 2 / N, (2 * 10**2) ** 0.5 / N  # sample sd of two values 20 apart: 20 / sqrt(2)
+    assert f"{100 * mean:.1f}% ± {100 * sd:.1f} pp (mean ± sd of 2 seeds" in cell, cell

@@ -9,7 +9,7 @@ pairs), and compares peak memory only between runs whose readings share a source
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from statistics import mean
+from statistics import mean, stdev
 
 from bench.report import fmt, tables
 from bench.report.findings import accuracy, headline_mode, network_bytes
@@ -68,8 +68,12 @@ def _accuracy_cell(ok: list[Run], mode: str) -> tuple[str, float | None, str]:
         return f"{fmt.score_text(before)} → {fmt.score_text(after)}", after["accuracy"], n
     after_mean = mean(a["accuracy"] for _, a in scored)
     before_mean = _mean([b["accuracy"] if b else None for b, _ in scored])
-    return (f"{fmt.pct(before_mean)} → {fmt.pct(after_mean)} (mean of {len(scored)} seeds; per seed under "
-            f"Results per run)"), after_mean, n
+    spread = stdev(a["accuracy"] for _, a in scored)  # sample sd over seeds (n - 1), as Across seeds
+    halves = [(a["high"] - a["low"]) / 2 for _, a in scored if fmt.num(a.get("high")) is not None
+              and fmt.num(a.get("low")) is not None]
+    within = f"; each seed's 95% CI ±{100 * max(halves):.1f} pp or less" if halves else ""
+    return (f"{fmt.pct(before_mean)} → {fmt.pct(after_mean)} ± {100 * spread:.1f} pp (mean ± sd of {len(scored)} "
+            f"seeds{within}; per seed under Results per run)"), after_mean, n
 
 
 def headline_table(suite: Suite) -> MarkedTable:
