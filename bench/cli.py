@@ -197,6 +197,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_arguments(data)
     data.set_defaults(func=_cmd_data)
 
+    tune = sub.add_parser("tune", help="choose each method's settings on a validation split (never the test split)",
+                          description="Sweep each method's declared grid (bench/tuning_grids.yaml) with a few seeds, "
+                                      "every evaluation on a validation split carved from the training split; pick "
+                                      "each method's best by mean validation accuracy and write DIR/tuned-<preset>"
+                                      ".yaml, a preset that extends the base (run it with bench run --preset FILE). "
+                                      "Exit status as bench run.")
+    from bench.tune import add_tune_arguments, run_tune
+
+    add_tune_arguments(tune)
+    tune.set_defaults(func=run_tune)
+
     presets = sub.add_parser("presets", help="list the shipped presets", description="List presets, one line each.")
     presets.set_defaults(func=_cmd_presets)
     return parser

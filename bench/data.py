@@ -8,8 +8,9 @@ from typing import Any
 
 from bench.models import render_prompt
 from bench.spec import Spec
-from bench.tasks import (TEST_SHARE_PERCENT, format_target, generate_synthetic, question_overlap, read_gsm8k,
-                         synthetic_splits, to_rows, working_overlap)
+from bench.tasks import (TEST_SHARE_PERCENT, VALIDATION_SHARE_PERCENT, carve_validation, format_target,
+                         generate_synthetic, question_overlap, read_gsm8k, synthetic_splits,
+                         synthetic_train_validation, to_rows, working_overlap)
 
 
 @dataclass
@@ -25,13 +26,25 @@ class TaskData:
     """What was checked about the test split being held out, for the result. Keys ending in ``_overlap`` are
     counts of test problems (0 expected): ``question_overlap`` (`bench.tasks.question_overlap`, every source)
     and ``working_overlap`` (`bench.tasks.working_overlap`, synthetic only); ``held_out_by`` says how the
-    splits were kept apart."""
+    splits were kept apart. With a validation split: ``eval_split`` names the evaluated split, the two counts
+    above are of its problems, and when that is test, ``validation_*_overlap`` count validation problems."""
+    validation: list[dict[str, str]] = field(default_factory=list)
+    """Problems carved from the training split for tuning (``task.validation_size``; empty when it is 0)."""
+    eval_split: str = "test"
+    """Which split evaluation reads (``eval.split``); with 'validation' the test split is not even loaded."""
+
+    @property
+    def evaluated(self) -> list[dict[str, str]]:
+        """The problems every evaluation of the run scores: validation or test, as ``eval.split`` says."""
+        return self.validation if self.eval_split == "validation" else self.test
 
 
 def load_task(spec: Spec) -> TaskData:
     """Load (or generate) both splits and check their overlap; raises UserError for data that cannot be used
     (bench.tasks.read_gsm8k)."""
     task = spec.task
+    if task.validation_size or spec.eval.split == "validation":
+        return _load_with_validation(spec)
     if task.source == "synthetic":
         s = task.synthetic
         train, test = synthetic_splits(task.train_size, task.test_size, s.seed, s.max_operand, s.max_steps)
@@ -64,6 +77,53 @@ def load_task(spec: Spec) -> TaskData:
     return TaskData(train_problems, test.problems, notes, checks)
 
 
+def _load_with_validation(spec: Spec) -> TaskData:
+    """`load_task` for a spec with ``task.validation_size`` > 0: train minus validation, validation, and the test
+    split only when evaluation reads it (a tuning run, ``eval.split: validation``, never loads test problems)."""
+    task, on_validation = spec.task, spec.eval.split == "validation"
+    notes: list[str] = []
+    if task.source == "synthetic":
+        s = task.synthetic
+        train, validation = synthetic_train_validation(task.train_size, task.validation_size, s.seed,
+                                                       s.max_operand, s.max_steps)
+        test = [] if on_validation else synthetic_splits(0, task.test_size, s.seed, s.max_operand, s.max_steps)[1]
+        held_out_by = (f"working: sha256(working) % 100 < {TEST_SHARE_PERCENT} is test, in [{TEST_SHARE_PERCENT}, "
+                       f"{TEST_SHARE_PERCENT + VALIDATION_SHARE_PERCENT}) validation")
+    else:
+        split = read_gsm8k(str(task.path), "train", limit=None)
+        if split.dropped:
+            notes.append(f"{split.source}: dropped {split.dropped} of {split.rows} rows without a usable gold answer "
+                         f"(first: {split.first_dropped})")
+        rest, validation = carve_validation(split.problems, task.validation_size)
+        train = rest[: task.train_size]
+        for got, asked, key in ((len(validation), task.validation_size, "task.validation_size"),
+                                (len(train), task.train_size, "task.train_size")):
+            if got < asked:
+                notes.append(f"{split.source}: {got} usable rows for {key}={asked}; using {got}")
+        test = []
+        if not on_validation:
+            test_split = read_gsm8k(str(task.path), "test", limit=task.test_size)
+            test = test_split.problems
+            if test_split.source == split.source:
+                notes.append(f"{split.source}: one file serves as both the train and the test split, so the test "
+                             f"questions are also trained on; give a folder with train and test files")
+        held_out_by = "validation: the training questions with the lowest sha256 of their text"
+    evaluated = validation if on_validation else test
+    checks: dict[str, int | str] = {"question_overlap": question_overlap(train, evaluated)}
+    if task.source == "synthetic":
+        checks["working_overlap"] = working_overlap(train, evaluated)
+    if not on_validation:
+        checks["validation_question_overlap"] = question_overlap(train, validation)
+        if task.source == "synthetic":
+            checks["validation_working_overlap"] = working_overlap(train, validation)
+    checks["held_out_by"] = held_out_by
+    checks["eval_split"] = spec.eval.split
+    # Zero by construction (the test file's overlap excepted); a non-zero count is put in front of users.
+    notes += [f"{key}: {value} {'validation' if key.startswith('validation_') else spec.eval.split} problems share "
+              f"it with a training problem" for key, value in checks.items() if key.endswith("_overlap") and value]
+    return TaskData(train, test, notes, checks, validation=validation, eval_split=spec.eval.split)
+
+
 def task_problems(spec: Spec) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """(train, test) problems ({'question', 'answer'}) as the spec describes; deterministic."""
     data = load_task(spec)
@@ -89,7 +149,8 @@ def matched_data(spec: Spec, tokenizer: Any, seed: int
                  ) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, int | str]]:
     """`matched_rows` and, from the same load, the overlap checks (`TaskData.checks`) a result records."""
     data = load_task(spec)
-    train_rows, test_rows = to_rows(data.train), to_rows(data.test)
+    # "test_rows" are the evaluated rows: the validation split in a tuning run (eval.split: validation).
+    train_rows, test_rows = to_rows(data.train), to_rows(data.evaluated)
     for row in train_rows + test_rows:
         row["prompt"] = render_prompt(tokenizer, row["prompt"], spec.model.use_chat_template)
     random.Random(seed).shuffle(train_rows)

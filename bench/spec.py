@@ -107,6 +107,11 @@ class TaskSpec:
     usable rows give fewer (preflight says so)."""
     test_size: int = 1000
     """Held-out questions for evaluation (>= 1); 1,000 gives a 95% interval of about +-3 points."""
+    validation_size: int = 0
+    """Questions carved from the training side for tuning (>= 0; 0: none, the default). Synthetic: drawn from
+    their own band of workings (bench.tasks.is_validation), so no training or test problem shares a working with
+    them; GSM8K: the training questions with the lowest hash of their text. Training prompts then exclude them;
+    the test split is unchanged. `bench tune` sets it with eval.split: validation."""
     synthetic: SyntheticTaskSpec = field(default_factory=SyntheticTaskSpec)
     """Settings of the synthetic generator."""
 
@@ -263,6 +268,9 @@ class EvalSpec:
     """How test questions are asked (bench.prompts): tags (the training prompt), cot (lm-eval gsm8k_cot_zeroshot's
     'Q: ... A: Let's think step by step.') or boxed (Qwen's 'put your final answer within \\boxed{}'); training
     always uses tags."""
+    split: Literal["test", "validation"] = "test"
+    """Which split every evaluation reads: test (the held-out questions) or validation (task.validation_size
+    questions carved from the training side, for tuning: the test split is then not even loaded)."""
 
 
 @dataclass
@@ -304,15 +312,33 @@ class SweepSpec:
     threads, parallel_runs, name, description); train.steps and telemetry.warmup_steps come from sweep.steps and
     sweep.warmup_steps. With fixed-length generation (min_new_tokens = max_new_tokens in the base), a
     generation.max_new_tokens axis moves min_new_tokens with it."""
-    mode: Literal["product", "one_at_a_time"] = "product"
+    mode: Literal["product", "one_at_a_time", "per_method"] = "product"
     """product: every combination of the axes' values (cartesian); one_at_a_time: the first value of every axis,
-    then each axis's other values with the rest at their first values (1 + sum(len - 1) points)."""
+    then each axis's other values with the rest at their first values (1 + sum(len - 1) points); per_method (a
+    tune, bench.tune): `axes` maps each enabled method to the list of points it alone runs at, each a mapping of
+    dotted keys to values, its own settings (methods.<name>.<field>) allowed, e.g.
+    {dpo: [{methods.dpo.beta: 0.1}, {methods.dpo.beta: 0.3}]}."""
     steps: int = 3
     """Measured optimizer steps per point (>= 1), after the warm-up steps."""
     warmup_steps: int = 1
     """Warm-up optimizer steps per point (>= 0), left out of the step-time median (telemetry.warmup_steps)."""
     inject_oom: OomInjectionSpec = field(default_factory=OomInjectionSpec)
     """Test hook: an out-of-memory error at one point (see OomInjectionSpec)."""
+
+
+@dataclass
+class TuningSpec:
+    """Where the methods' settings came from: `bench tune` writes it into the tuned preset it makes; results carry
+    it in their spec, so the report can say per method "tuned on validation" or "untuned default"."""
+
+    source: str | None = None
+    """The tuned preset file that set these values; null: no tune (every method at its untuned default)."""
+    command: str = ""
+    """The command line of the tune that chose them."""
+    methods: dict[str, Any] = field(default_factory=dict)
+    """Tuned method -> what was chosen and why (bench.tune.method_record): chosen ({dotted key: value}), grid,
+    mode, points, split, n_questions, seeds, scoring_mode, score ({mean, sd, n}) and scores (one per point).
+    A method not listed ran at its untuned default."""
 
 
 @dataclass
@@ -374,6 +400,8 @@ class Spec:
     """Sweep axes (bench.sweep); empty: no sweep."""
     launcher: LauncherSpec = field(default_factory=LauncherSpec)
     """Several processes per method run (bench.launch); default: one."""
+    tuning: TuningSpec = field(default_factory=TuningSpec)
+    """Which method settings a tune chose (bench.tune); empty: untuned defaults."""
     methods: dict[str, Any] = field(default_factory=_default_methods)
     """Contestants by registry name (bench.registry); each value is that recipe's ``Config``, whose fields are
     documented in the recipe file (baselines/<method>.py). Unknown names and keys are rejected."""
@@ -420,9 +448,28 @@ def preset_summary(name: str) -> str:
     return str(data.get("description", "")).strip()
 
 
+MAX_EXTENDS = 8
+"""How deep a chain of ``extends:`` may go (a tuned preset extends a shipped one: depth 1); deeper is a loop."""
+
+
 def load_spec(preset: str | Path, overrides: list[str] | None = None) -> Spec:
-    """Preset name or YAML file, plus ``key.path=value`` overrides -> a validated Spec."""
-    preset_str = str(preset)
+    """Preset name or YAML file, plus ``key.path=value`` overrides -> a validated Spec.
+
+    A preset file may start from another preset: ``extends: cpu-tiny`` (a shipped name, or a YAML file, relative
+    to the extending file's folder) takes that preset's keys and lays this file's over them, mappings merged key
+    by key (how `bench tune`'s tuned presets are written). Overrides apply last.
+    """
+    data = _preset_data(str(preset), 0)
+    for item in overrides or []:
+        _apply_override(data, item)
+    spec = _build(Spec, data, "")
+    validate(spec)
+    return spec
+
+
+def _preset_data(preset_str: str, depth: int) -> dict[str, Any]:
+    """The plain data of a preset name or file, its ``extends:`` chain resolved."""
+    path: Path | None = None
     if preset_str.endswith((".yaml", ".yml")) or "/" in preset_str:
         path = Path(preset_str)
         if not path.is_file():
@@ -436,11 +483,27 @@ def load_spec(preset: str | Path, overrides: list[str] | None = None) -> Spec:
         raise SpecError(f"preset '{preset_str}' is not valid YAML ({exc.__class__.__name__}); fix the file's syntax") from None
     if not isinstance(data, dict):
         raise SpecError(f"preset '{preset_str}' must be a YAML mapping of keys to values")
-    for item in overrides or []:
-        _apply_override(data, item)
-    spec = _build(Spec, data, "")
-    validate(spec)
-    return spec
+    if "extends" not in data:
+        return data
+    base = data.pop("extends")
+    if not isinstance(base, str) or not base.strip():
+        raise SpecError(f"'extends' in preset '{preset_str}' must be a preset name or a YAML file, got {base!r}")
+    if depth >= MAX_EXTENDS:
+        raise SpecError(f"preset '{preset_str}': 'extends' goes more than {MAX_EXTENDS} presets deep (a loop?); "
+                        f"extend a shipped preset directly")
+    is_file = base.endswith((".yaml", ".yml")) or "/" in base
+    if is_file and path is not None and not Path(base).is_absolute():
+        base = str(path.parent / base)  # relative to the extending file, not to the working directory
+    return _merged(_preset_data(base, depth + 1), data)
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid over ``base``: mappings merged key by key, any other value replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (_merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict)
+                    else value)
+    return out
 
 
 def load_spec_dict(data: dict[str, Any]) -> Spec:
@@ -663,6 +726,7 @@ SPEC_RULES: dict[str, Rule] = {
     "model.scale.vocab_size": at_least(1, " (or null: the real vocabulary)"),
     "task.train_size": COUNT,
     "task.test_size": COUNT,
+    "task.validation_size": at_least(0, " (0 = no validation split)"),
     "task.synthetic.max_operand": COUNT,
     "task.synthetic.max_steps": COUNT,
     "task.synthetic.seed": ANY_INTEGER,
@@ -762,6 +826,9 @@ def validate(spec: Spec) -> None:
          f"'generation.min_new_tokens' must be in [0, generation.max_new_tokens={g.max_new_tokens}], "
          f"got {g.min_new_tokens}")
     need(len(set(spec.seeds)) == len(spec.seeds), f"'seeds' has duplicates: {spec.seeds}; list each seed once")
+    need(spec.eval.split != "validation" or spec.task.validation_size >= 1,
+         "'eval.split' is 'validation' but 'task.validation_size' is 0; set task.validation_size=500 (questions "
+         "carved from the training split) or eval.split=test")
     need(spec.task.train_size >= t.prompts_per_step,
          f"'task.train_size' ({spec.task.train_size}) must be at least 'train.prompts_per_step' ({t.prompts_per_step})")
     need(spec.parallel_runs == 1 or spec.device == "cpu",

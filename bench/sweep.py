@@ -14,6 +14,10 @@ Expansion (:func:`expand`) gives points; a point is the base spec with its axis 
 at load time (a bad value is one line naming the point and the key). Each point has an id built from its values
 (``qwen2.5-0.5b-G4``), and each of its method runs the id ``<method>-s<seed>@<point>``.
 
+Per-method points (``mode: per_method``, what ``bench tune`` writes): ``axes`` maps each enabled method to the list
+of points it alone runs at, each a mapping of dotted keys to values in which the method's own settings
+(``methods.<name>.<field>``) may appear; points with equal values are one point, shared by the methods that list it.
+
 Shared stages (warm start, sample pool, reward model) are planned once per distinct value of the axes their output
 depends on (:data:`STAGE_KEYS`): a model-size axis gives every model its own stages, a group-size axis shares them
 (``warm_start@qwen2.5-0.5b``). A stage runs with the spec of the first point that reads it.
@@ -81,6 +85,8 @@ _LABELS: dict[str, Callable[[Any], str]] = {
     "train.micro_batch_size": lambda v: f"mb{v}",
     "train.gradient_checkpointing": lambda v: "gc" if v else "nogc",
     "train.lora.enabled": lambda v: "lora" if v else "full",
+    "reward_model.epochs": lambda v: f"rmep{v}",
+    "reward_model.learning_rate": lambda v: f"rmlr{v:g}" if isinstance(v, float) else f"rmlr{v}",
 }
 """How a value shows in a point id; other keys show as their last part followed by the value."""
 
@@ -97,9 +103,21 @@ class Point:
         return dict(self.values)
 
 
+_METHOD_LABELS: dict[str, str] = {"learning_rate": "lr", "critic_learning_rate": "clr", "kl_coef": "kl",
+                                  "beta": "beta", "loss_type": ""}
+"""Short names of a method's own settings in a per_method point id (the run id already names the method)."""
+
+
 def value_label(key: str, value: Any) -> str:
     """How ``value`` of axis ``key`` shows in a point id (letters, digits and . _ + - only)."""
-    text = _LABELS[key](value) if key in _LABELS else f"{key.rsplit('.', 1)[-1]}{value}"
+    last = key.rsplit(".", 1)[-1]
+    if key in _LABELS:
+        text = _LABELS[key](value)
+    elif key.startswith("methods.") and last in _METHOD_LABELS:
+        shown = f"{value:g}" if isinstance(value, float) else str(value).replace(",", "+")
+        text = f"{_METHOD_LABELS[last]}{shown}"
+    else:
+        text = f"{last}{value}"
     return re.sub(r"[^A-Za-z0-9._+-]", "", text) or "x"
 
 
@@ -108,7 +126,10 @@ def _label(values: tuple[tuple[str, Any], ...]) -> str:
 
 
 def expand(spec: Spec) -> list[Point]:
-    """The sweep's points, in order: the product of the axes (first axis slowest) or one axis at a time."""
+    """The sweep's points, in order: the product of the axes (first axis slowest), one axis at a time, or (per_method)
+    every method's points in turn, equal ones once."""
+    if spec.sweep.mode == "per_method":
+        return _expand_per_method(spec)[0]
     axes = list(spec.sweep.axes.items())
     if spec.sweep.mode == "product":
         combos = [tuple(zip([k for k, _ in axes], combo)) for combo in itertools.product(*[v for _, v in axes])]
@@ -126,6 +147,37 @@ def expand(spec: Spec) -> list[Point]:
         seen.add(point_id)
         points.append(Point(point_id, combo))
     return points
+
+
+def _expand_per_method(spec: Spec) -> tuple[list[Point], dict[str, list[str]]]:
+    """(points, method -> ids of the points it runs at) of a per_method sweep."""
+    points: list[Point] = []
+    by_values: dict[str, Point] = {}
+    of_method: dict[str, list[str]] = {}
+    for method, entries in spec.sweep.axes.items():
+        for entry in entries:
+            combo = tuple((entry or {}).items())
+            key = repr(combo)
+            if key not in by_values:
+                point_id = _label(combo) or "base"
+                taken = {p.point_id for p in points}
+                if point_id in taken:  # another method's own setting with the same short label (lr2e-4)
+                    point_id = f"{point_id}-{method}"
+                if point_id in taken:
+                    point_id = f"{point_id}-{len(points) + 1}"
+                by_values[key] = Point(point_id, combo)
+                points.append(by_values[key])
+            of_method.setdefault(method, []).append(by_values[key].point_id)
+    return points, of_method
+
+
+def method_points(spec: Spec) -> dict[str, list[str]]:
+    """Enabled method -> the ids of the points it runs at: every point, except in per_method mode."""
+    if spec.sweep.mode == "per_method":
+        of_method = _expand_per_method(spec)[1]
+        return {m: of_method.get(m, []) for m in spec.enabled_methods()}
+    ids = [p.point_id for p in expand(spec)]
+    return {m: ids for m in spec.enabled_methods()}
 
 
 # -- one point's spec -------------------------------------------------------------------------------------
@@ -189,8 +241,67 @@ def _leaf_type(key: str) -> Any:
     return tp
 
 
+def _method_leaf_type(spec: Spec, method: str, key: str, where: str) -> Any:
+    """The declared type of ``key`` in a point of ``method`` (per_method mode): its own methods.<name>.<field>, or
+    any key an axis may name."""
+    if not key.startswith("methods."):
+        return _leaf_type(key)
+    prefix = f"methods.{method}."
+    if not key.startswith(prefix):
+        raise SpecError(f"'{where}' sets '{key}'; a point of {method} may set only its own settings "
+                        f"({prefix}<field>) and shared keys")
+    cls = type(spec.methods[method])
+    names = [f.name for f in dataclasses.fields(cls) if f.name != "enabled"]
+    name = key[len(prefix):]
+    if name not in names:
+        raise SpecError(f"unknown key '{key}' in '{where}'{_did_you_mean(name, names)}; known keys under "
+                        f"'{prefix.rstrip('.')}': {', '.join(names)}")
+    return typing.get_type_hints(cls)[name]
+
+
+def _validate_method_axes(spec: Spec) -> None:
+    """per_method mode: every axis an enabled method, with a non-empty list of distinct points, each a mapping of
+    known keys to values of their type and range; every enabled method listed."""
+    enabled = spec.enabled_methods()
+    for method, entries in spec.sweep.axes.items():
+        name = f"sweep.axes.{method}"
+        if method not in spec.methods:
+            raise SpecError(f"'{name}': with sweep.mode per_method each axis is a method; known methods: "
+                            f"{', '.join(spec.methods)}{_did_you_mean(method, list(spec.methods))}")
+        if method not in enabled:
+            raise SpecError(f"'{name}': method '{method}' is not enabled; enable it (methods.{method}.enabled=true) "
+                            f"or remove its points")
+        if not isinstance(entries, list) or not entries:
+            raise SpecError(f"'{name}' must be a non-empty list of points, e.g. [{{methods.{method}.learning_rate: "
+                            f"1.0e-5}}], got {entries!r}")
+        converted: list[dict[str, Any]] = []
+        for i, entry in enumerate(entries):
+            where = f"{name}[{i}]"
+            if entry is not None and not isinstance(entry, dict):
+                raise SpecError(f"'{where}' must be a mapping of dotted keys to values, e.g. "
+                                f"{{methods.{method}.learning_rate: 1.0e-5}}, got {entry!r}")
+            point: dict[str, Any] = {}
+            for key, value in (entry or {}).items():
+                value = _convert(_method_leaf_type(spec, method, str(key), where), value, f"{where}.{key}")
+                rule = SPEC_RULES.get(str(key))
+                if rule is not None and value is not None and not rule.ok(value):
+                    raise SpecError(f"'{where}.{key}' {rule.allowed}, got {value!r}")
+                point[str(key)] = value
+            converted.append(point)
+        if len({repr(sorted(p.items())) for p in converted}) != len(converted):
+            raise SpecError(f"'{name}' lists a point twice; list each point once")
+        spec.sweep.axes[method] = converted
+    missing = [m for m in enabled if m not in spec.sweep.axes]
+    if missing:
+        raise SpecError(f"'sweep.axes' (mode per_method) lists no points for enabled method(s) {', '.join(missing)}; "
+                        f"give each its points or disable it")
+
+
 def validate_axes(spec: Spec) -> None:
     """Each axis: a known single setting, a non-empty list of distinct values, each of the key's type and range."""
+    if spec.sweep.mode == "per_method":
+        _validate_method_axes(spec)
+        return
     for key, values in spec.sweep.axes.items():
         tp = _leaf_type(key)
         name = f"sweep.axes.{key}"
@@ -244,12 +355,14 @@ def plan_sweep(spec: Spec) -> list[PlannedRun]:
 
     points = expand(spec)
     methods = spec.enabled_methods()
+    runs_at = method_points(spec)  # every point, except in per_method mode
     stage_runs: dict[str, PlannedRun] = {}
     method_runs: list[PlannedRun] = []
     needs_of: dict[str, tuple[str, ...]] = {}
     for point in points:
         pspec = point_spec(spec, point.as_dict())
-        needed = {stage for m in methods for stage in registry.stages_needed(pspec, m)}
+        here = [m for m in methods if point.point_id in runs_at[m]]
+        needed = {stage for m in here for stage in registry.stages_needed(pspec, m)}
         ids: dict[str, str] = {}
         for stage in registry.STAGES:
             if stage not in needed:
@@ -261,11 +374,11 @@ def plan_sweep(spec: Spec) -> list[PlannedRun]:
                 stage_needs = tuple(ids[s] for s in registry.STAGE_NEEDS[stage])
                 stage_runs[stage_id] = PlannedRun(stage_id, stage, "stage", spec.seeds[0], registry.label(stage),
                                                   registry.engine(stage), stage_needs, point.point_id, point.values)
-        for method in methods:
+        for method in here:
             needs_of[f"{point.point_id}/{method}"] = tuple(ids[s] for s in registry.stages_needed(pspec, method))
     for seed in spec.seeds:
         for point in points:
-            for method in methods:
+            for method in (m for m in methods if point.point_id in runs_at[m]):
                 method_runs.append(PlannedRun(run_id(method, seed, point.point_id), method, "method", seed,
                                               registry.label(method), registry.engine(method),
                                               needs_of[f"{point.point_id}/{method}"], point.point_id, point.values))
@@ -277,6 +390,12 @@ def describe_sweep(spec: Spec) -> list[str]:
     """Dry-run lines: the axes, the points and what each point runs."""
     points = expand(spec)
     sw = spec.sweep
+    if sw.mode == "per_method":
+        runs_at = method_points(spec)
+        lines = [f"sweep (per_method): {len(points)} points, {sum(len(v) for v in runs_at.values())} method runs x "
+                 f"{len(spec.seeds)} seed(s); {sw.warmup_steps} warm-up + {sw.steps} measured steps each"]
+        lines += [f"  {method}: {', '.join(ids)}" for method, ids in runs_at.items()]
+        return lines
     lines = [f"sweep ({sw.mode}): {len(points)} points x {len(spec.enabled_methods())} methods x "
              f"{len(spec.seeds)} seed(s); {sw.warmup_steps} warm-up + {sw.steps} measured steps each"]
     lines += [f"  axis {key}: {', '.join(str(v) for v in values)}" for key, values in sw.axes.items()]
@@ -303,7 +422,9 @@ def job_sweep(spec: Spec, run: PlannedRun) -> dict[str, Any] | None:
     # A stage run carries the first point that reads it, so naming a stage and that point fails the stage.
     hit = inject.point == run.point and (inject.method == run.name or (inject.method is None and run.kind == "method"))
     return {
-        "point": run.point, "values": dict(run.values), "axes": list(spec.sweep.axes), "mode": spec.sweep.mode,
+        "point": run.point, "values": dict(run.values), "mode": spec.sweep.mode,
+        # per_method: the axes are methods; the keys of the point are what varied
+        "axes": list(dict(run.values)) if spec.sweep.mode == "per_method" else list(spec.sweep.axes),
         "steps": spec.sweep.steps, "warmup_steps": spec.sweep.warmup_steps,
         "inject_oom": {"phase": inject.phase} if hit else None,
     }

@@ -7,7 +7,9 @@ completion ``<think>12+7=19 19-5=14</think> <answer>14</answer>`` must stay unde
 
 The synthetic train and test splits are held out by working (`synthetic_splits`, `is_held_out`): a test problem
 never repeats a training problem's operations, operands and results under other names. `working_overlap` and
-`question_overlap` count what two splits share, for any source.
+`question_overlap` count what two splits share, for any source. A validation split for tuning (`bench.tune`) is
+carved from the training side only: synthetic by working too (`is_validation`, `synthetic_train_validation`), a
+file's by a hash of the question (`carve_validation`).
 
 Pure Python: ``datasets`` (hub) and ``pyarrow`` (parquet) are imported lazily, only when those are loaded.
 """
@@ -18,7 +20,7 @@ import hashlib
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,6 +210,87 @@ def question_overlap(train: list[dict], test: list[dict]) -> int:
     """Number of test questions whose text, whitespace-normalised and case-folded, occurs in the train split."""
     seen = {_normalised_question(p["question"]) for p in train}
     return sum(_normalised_question(p["question"]) in seen for p in test)
+
+
+# --------------------------------------------------------------------------------------------- validation split
+
+VALIDATION_SHARE_PERCENT = 10
+"""Percent of all workings set aside for the synthetic validation split (`is_validation`) when a spec asks for one
+(``task.validation_size`` > 0): the band just above the test band of the same hash, so a validation working is
+never a test working, and never occurs in the training split that remains (held out by working, like test)."""
+
+
+def _working_bucket(working_text: str) -> int:
+    """The working's hash bucket in 0..99: the first 8 hex digits of its SHA-256 (UTF-8) mod 100, as `is_held_out`."""
+    return int(hashlib.sha256(working_text.encode("utf-8")).hexdigest()[:8], 16) % 100
+
+
+def is_validation(working_text: str) -> bool:
+    """Whether a working belongs to the validation split: its bucket is in [TEST_SHARE_PERCENT,
+    TEST_SHARE_PERCENT + VALIDATION_SHARE_PERCENT). Like `is_held_out`, it depends on the working alone."""
+    return TEST_SHARE_PERCENT <= _working_bucket(working_text) < TEST_SHARE_PERCENT + VALIDATION_SHARE_PERCENT
+
+
+def _take_distinct(stream: Iterator[dict], count: int, belongs: Callable[[str], bool], which: str, share: int,
+                   max_operand: int, max_steps: int) -> list[dict]:
+    """``count`` problems of ``stream`` with distinct questions whose working ``belongs``; UserError when the
+    share of the problem space is too small (as `synthetic_splits`)."""
+    out: list[dict] = []
+    seen: set[str] = set()
+    misses, max_misses = 0, 10_000 + 20 * count
+    while len(out) < count:
+        problem = next(stream)
+        if problem["question"] in seen or not belongs(working(problem["answer"])):
+            misses += 1
+            if misses > max_misses:
+                raise UserError(f"synthetic task cannot make {count} distinct {which} questions with max_operand="
+                                f"{max_operand}, max_steps={max_steps} (got {len(out)}; the {which} split draws on "
+                                f"{share}% of the workings); raise them or lower the size")
+            continue
+        misses = 0
+        seen.add(problem["question"])
+        out.append(problem)
+    return out
+
+
+def synthetic_train_validation(train_size: int, validation_size: int, seed: int, max_operand: int,
+                               max_steps: int) -> tuple[list[dict], list[dict]]:
+    """(train, validation) problems for a spec with a validation split; the test split is not generated.
+
+    Validation problems come from their own seeded stream and only from `is_validation` workings; training
+    problems from the train stream, skipping test and validation workings. So no validation problem shares its
+    working with a training problem (nor with a test problem), and neither split changes with the other's size.
+    """
+    if train_size < 0 or validation_size < 0:
+        raise UserError(f"synthetic split sizes must be >= 0, got train {train_size}, validation {validation_size}")
+    validation = _take_distinct(_problem_stream(f"{seed}/validation", max_operand, max_steps), validation_size,
+                                is_validation, "validation", VALIDATION_SHARE_PERCENT, max_operand, max_steps)
+    train_share = 100 - TEST_SHARE_PERCENT - VALIDATION_SHARE_PERCENT
+    train = _take_distinct(_problem_stream(f"{seed}/train", max_operand, max_steps), train_size,
+                           lambda w: not is_held_out(w) and not is_validation(w), "train", train_share,
+                           max_operand, max_steps)
+    return train, validation
+
+
+def carve_validation(problems: list[dict], size: int) -> tuple[list[dict], list[dict]]:
+    """(rest, validation) of a training split from a file: the ``size`` problems with the lowest SHA-256 of their
+    whitespace-normalised, case-folded question are validation; ``rest`` keeps file order and leaves out every
+    problem whose question is a validation question (duplicates included). Deterministic, and independent of
+    the file's row order."""
+    def key(problem: dict) -> str:
+        return hashlib.sha256(_normalised_question(problem["question"]).encode("utf-8")).hexdigest()
+
+    ranked = sorted(range(len(problems)), key=lambda i: (key(problems[i]), i))
+    validation, taken = [], set()
+    for i in ranked:
+        if len(validation) >= size:
+            break
+        question = _normalised_question(problems[i]["question"])
+        if question not in taken:  # a duplicated question counts once
+            taken.add(question)
+            validation.append(problems[i])
+    rest = [p for p in problems if _normalised_question(p["question"]) not in taken]
+    return rest, validation
 
 
 def gold_number(answer: str) -> str:
