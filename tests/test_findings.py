@@ -345,3 +345,28 @@ def test_headline_accuracy_of_several_seeds_carries_their_spread(tmp_path: Path)
     cell = next(c for row in table.rows if row[0].startswith("GRPO") for c in row if "→" in str(c))
     mean, sd = (150 + 170) / 2 / N, (2 * 10**2) ** 0.5 / N  # sample sd of two values 20 apart: 20 / sqrt(2)
     assert f"{100 * mean:.1f}% ± {100 * sd:.1f} pp (mean ± sd of 2 seeds" in cell, cell
+
+
+def test_seed_level_finding_worded_by_the_holm_adjusted_t_test(tmp_path: Path) -> None:
+    """GRPO at 150, 170 and DPO at 110, 110 of N over seeds 0, 1: differences 0.10 and 0.15, mean 0.125, sd
+    0.0354, t = 0.125 / (0.0354 / sqrt 2) = 5.0 with 1 df; p = 1 - (2/pi) atan 5 = 0.126 (one pair: Holm = p)."""
+    import math
+
+    from report_fixtures import N, _score, method_result
+    from bench.results import write_json_atomic
+
+    suite_dir = write_suite(tmp_path, methods=("grpo", "dpo"))
+    plan = json.loads((suite_dir / "suite.json").read_text())
+    for method, correct in (("grpo", (150, 170)), ("dpo", (110, 110))):
+        for seed, value in enumerate(correct):
+            res = method_result(method, seed=seed)
+            res["accuracy"]["after"] = {"strict": _score(value), "flexible": _score(value)}
+            write_json_atomic(suite_dir / "runs" / f"{method}-s{seed}" / "result.json", res)
+        plan["runs"].append(f"{method}-s1")
+    write_json_atomic(suite_dir / "suite.json", plan)
+    lines = [f.text for f in findings(load_suite(suite_dir))]
+    seed_lines = [line for line in lines if line.startswith("Over seeds, GRPO (TRL) vs DPO")]
+    assert seed_lines and "+12.5 pp" in seed_lines[0] and seed_lines[0].endswith("not significant"), lines
+    p = 1 - 2 / math.pi * math.atan(5.0)
+    basis = next(f.basis for f in findings(load_suite(suite_dir)) if f.text == seed_lines[0])
+    assert f"Holm-adjusted p = {p:.3g}" in basis, basis

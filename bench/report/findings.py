@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import stats
-from bench.report import dynamics, fmt, tables
+from bench.report import dynamics, fmt, seeds, tables
 from bench.report.load import Run, Suite
 
 ALPHA = 0.05
@@ -150,7 +150,8 @@ def _accuracy_findings(suite: Suite) -> list[Finding]:
     if not scored:
         return []
     out = []
-    top = max(scored, key=lambda x: x[2]["accuracy"])
+    contestants = [x for x in scored if x[0].result.get("method") != "control"] or scored
+    top = max(contestants, key=lambda x: x[2]["accuracy"])
     control = [x for x in scored if x[0].result.get("method") == "control"]
     for run, before, after in [top] + [c for c in control[:1] if c is not top]:
         start = f" from {fmt.score_text(before)} before training" if before else ""
@@ -171,8 +172,8 @@ def _paired_findings(suite: Suite) -> list[Finding]:
         out.append(Finding(
             f"{t['a']} vs {t['b']}: {100 * t['diff']:+.1f} pp "
             f"[{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
-            f" significant", f"{headline_mode(suite)}, McNemar on {t['n']:,} paired questions, Holm-adjusted p = "
-            f"{fmt.p_value_text(t['p_holm'])}; 95% paired-bootstrap interval"))
+            f" significant", f"{headline_mode(suite)}, McNemar on {t['n']:,} paired questions, Holm-adjusted "
+            f"{p_equals(t['p_holm'])}; 95% paired-bootstrap interval"))
     quiet = [t for t in tests if t not in significant]
     summary = f"Of {len(tests)} method pair(s), {len(significant)} differ significantly"
     summary += f" (the largest {len(out)} above)" if out and len(significant) > len(out) else ""
@@ -180,12 +181,43 @@ def _paired_findings(suite: Suite) -> list[Finding]:
              f"Paired tests")
     if quiet:
         t = max(quiet, key=lambda t: abs(t["diff"]))
-        p = fmt.p_value_text(t["p_holm"]) if t["p_holm"] is not None else "n/a"
+        p = p_equals(t["p_holm"]) if t["p_holm"] is not None else "p n/a"
         summary += (f"; {len(quiet)} are not significantly different, the largest such gap {t['a']} vs {t['b']} "
                     f"{100 * t['diff']:+.1f} pp [{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}] "
-                    f"(Holm-adjusted p = {p})")
+                    f"(Holm-adjusted {p})")
     if tests:
         out.append(Finding(summary, basis))
+    return out
+
+
+def p_equals(p: float) -> str:
+    """``"p = 0.0127"``, or ``"p < 1e-300"`` for a p-value that underflowed (fmt.p_value_text's bound)."""
+    text = fmt.p_value_text(p)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
+
+
+def _seed_findings(suite: Suite) -> list[Finding]:
+    """Method differences over seeds (paired t-test, Holm-adjusted): the claim a writeup ranks methods by."""
+    tests = [t for t in seeds.seed_tests(suite) if t.get("p_holm") is not None]
+    if not tests:
+        return []
+    out = []
+    for t in sorted(tests, key=lambda t: -abs(t["mean_diff"]))[:MAX_PAIR_FINDINGS]:
+        verdict = "significant" if t["p_holm"] < ALPHA else "not significant"
+        ci = "" if t.get("low") is None else f" [{100 * t['low']:+.1f}, {100 * t['high']:+.1f}]"
+        out.append(Finding(f"Over seeds, {t['a']} vs {t['b']}: {100 * t['mean_diff']:+.1f} pp{ci}, {verdict}",
+                           f"{headline_mode(suite)}, paired t-test over {len(t['seeds'])} seeds, Holm-adjusted "
+                           f"{p_equals(t['p_holm'])} over {len(tests)} pairs; 95% t interval"))
+    shown = sorted(tests, key=lambda t: -abs(t["mean_diff"]))[:MAX_PAIR_FINDINGS]
+    quiet = [t for t in tests if t["p_holm"] >= ALPHA]
+    unshown = [t for t in quiet if t not in shown]
+    if quiet:
+        t = max(unshown or quiet, key=lambda t: abs(t["mean_diff"]))
+        out.append(Finding(f"Over seeds, {len(quiet)} of {len(tests)} method pairs are not significantly different; "
+                           f"the largest such gap{' not listed above' if unshown else ''}: {t['a']} vs {t['b']} "
+                           f"{100 * t['mean_diff']:+.1f} pp",
+                           f"paired t-test over seeds, Holm-adjusted {p_equals(t['p_holm'])}; with 3 seeds the "
+                           f"test has little power"))
     return out
 
 
@@ -214,7 +246,8 @@ def _start_findings(suite: Suite) -> list[Finding]:
 def _speed_findings(suite: Suite) -> list[Finding]:
     """Fastest vs slowest online method by completions per second of training time."""
     names = fmt.display_names(suite.methods)
-    rates = [(names[r.run_id], fmt.throughput(r, "completions_per_s")) for r in ok_methods(suite)]
+    rates = [(names[r.run_id], fmt.throughput(r, "completions_per_s")) for r in ok_methods(suite)
+             if r.result.get("method") != "control"]  # the lr-0 control runs GRPO's loop: not a contestant
     rates = [(n, v) for n, v in rates if v]
     if len(rates) < 2:
         return []
@@ -257,6 +290,7 @@ def _failure_findings(suite: Suite) -> list[Finding]:
 
 def findings(suite: Suite) -> list[Finding]:
     """The findings, most important first: failures, memory, accuracy differences, accuracy, speed."""
-    return (_failure_findings(suite) + _memory_findings(suite) + _peak_findings(suite) + _paired_findings(suite)
+    return (_failure_findings(suite) + _memory_findings(suite) + _peak_findings(suite) + _seed_findings(suite)
+            + _paired_findings(suite)
             + _start_findings(suite) + _accuracy_findings(suite) + _reward_model_findings(suite)
             + _monitor_findings(suite) + _speed_findings(suite))
