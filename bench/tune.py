@@ -321,9 +321,9 @@ def write_tuned_preset(path: Path, data: dict[str, Any], base_name: str, overrid
              "# training split (the test split was never loaded), each method's grid point with the highest mean",
              "# validation accuracy over seeds (scoring mode and every point's score under tuning.methods).",
              f"# Made by: {data['tuning']['command']}",
-             f"# Use:     bench run --preset {path}"]
+             f"# Use:     {use_command(path, overrides)}"]
     if overrides:
-        lines.append(f"# Tuned with the overrides {' '.join(overrides)}; pass the same ones to run at the tuned settings.")
+        lines.append("# The tune ran with the overrides above; the Use line repeats them, so the run matches the tune.")
     for method, record in records.items():
         chosen = ", ".join(f"{k}={v}" for k, v in record["chosen"].items())
         lines.append(f"# {method}: {chosen}: {_score_text(record['score'])}; default {_score_text(record['default_score'])}")
@@ -331,6 +331,11 @@ def write_tuned_preset(path: Path, data: dict[str, Any], base_name: str, overrid
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def use_command(path: Path, overrides: list[str]) -> str:
+    """`bench run` of the tuned preset, with the overrides the tune ran under (its values were chosen under them)."""
+    return shlex.join(["bench", "run", "--preset", str(path), *overrides])
 
 
 # -- the command ----------------------------------------------------------------------------------------------
@@ -436,5 +441,5 @@ def finish_tune(suite_dir: Path, spec: Any, base: Any, grids: dict[str, Grid], m
         print(f"{method}: {shown}: validation {record['scoring_mode']} {_score_text(record['score'])} over "
               f"{record['n_questions']} questions; default {_score_text(record['default_score'])}")
     print(f"tuned preset: {path}")
-    print(f"use it: bench run --preset {path}")
+    print(f"use it: {use_command(path, list(args.overrides))}")
     return exit_code
