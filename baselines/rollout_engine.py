@@ -339,9 +339,14 @@ class Engine:
         from torch.nn.parallel import DistributedDataParallel
 
         launch.init_process_group(self.device)  # the worker has joined already; idempotent
+        import inspect
+
         ids = [torch.cuda.current_device()] if torch.device(self.device).type == "cuda" else None
+        # torch >= 2.13 names it forward_sync_buffers (broadcast_buffers is deprecated there)
+        newer = "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+        no_buffer_sync = {"forward_sync_buffers": False} if newer else {"broadcast_buffers": False}
         trained = {"actor": self.actor, "critic": self.critic}
-        return {role: DistributedDataParallel(net, device_ids=ids, broadcast_buffers=False)
+        return {role: DistributedDataParallel(net, device_ids=ids, **no_buffer_sync)
                 for role, net in trained.items() if net is not None}
 
     def _through_ddp(self, model: nn.Module) -> nn.Module:

@@ -295,7 +295,8 @@ def launcher_environment(spec: Any) -> dict[str, Any]:
 
 def write_rank_file(run_dir: Path, result: Mapping[str, Any], prompt_ids: list[int]) -> Path:
     """This rank's record: status and error, its own memory reading (peak, source, per source, baseline), counts
-    and timings, and the positions (in the matched prompt order) of the prompts it trained on."""
+    and timings, the positions (in the matched prompt order) of the prompts it trained on, and how training
+    changed its weights (bench.telemetry.param_change; equal on every rank when the gradients were averaged)."""
     from bench.results import write_json_atomic
 
     memory = result.get("memory") or {}
@@ -307,6 +308,8 @@ def write_rank_file(run_dir: Path, result: Mapping[str, Any], prompt_ids: list[i
         "throughput": {k: throughput.get(k) for k in ("train_s", "setup_s", "completions", "generated_tokens",
                                                       "trained_tokens", "steps", "step_s_median")},
         "prompt_ids": list(prompt_ids),
+        # after data-parallel training every rank holds the same weights: the same change from the same start
+        "training_change": result.get("training_change"),
     }
     path = run_dir / RANK_FILE.format(rank=rank())
     write_json_atomic(path, record)

@@ -1,0 +1,236 @@
+"""Several processes per method run through accelerate (issue 14; bench.launch).
+
+The launched run: `bench run --preset cpu-quick --launcher accelerate --num-processes 2` at a smaller size, on
+gloo (no GPU here): each rank of the engine's GRPO (and TRL's GRPO) trained on its own prompts, every rank's
+memory is recorded, and the result keeps the one-process result's shape. The rest checks the plumbing: the
+spec and CLI validation, the shipped accelerate configs, the command the runner starts, the merge of the ranks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench_cli import run_bench, run_quick_suite
+
+from bench import launch
+from bench.errors import SpecError
+from bench.results import empty_result, write_json_atomic
+from bench.spec import load_spec
+
+SMALL = ["warm_start.steps=20", "train.steps=2", "task.test_size=8", "eval.batch_size=8",
+         "methods.ppo.enabled=false", "methods.dpo.enabled=false"]
+"""cpu-quick cut to what the launched run needs: a short warm start, two steps, eight test questions; the methods
+that need no reward model (TRL's GRPO, the engine's GRPO and PPO with the verifier reward)."""
+LAUNCHED = ["grpo", "grpo_engine", "ppo_verifier"]
+
+
+def _error(overrides: list[str]) -> str:
+    with pytest.raises(SpecError) as info:
+        load_spec("cpu-quick", overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+# -- validation -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides, expected", [
+    (["launcher.num_processes=0"], "'launcher.num_processes' must be >= 1, got 0"),
+    (["launcher.num_processes=2"], "no launcher is set; add --launcher accelerate"),
+    (["launcher.name=torchrun"], "'launcher.name' must be one of 'none', 'accelerate'"),
+    (["launcher.name=accelerate", "launcher.num_processes=2", "parallel_runs=2"],
+     "'parallel_runs' (2) > 1 cannot be combined with a launcher"),
+    (["launcher.name=accelerate", "launcher.num_processes=2", "train.prompts_per_step=3"],
+     "'train.prompts_per_step' (3) must divide by the number of processes (2)"),
+    (["launcher.name=accelerate", "launcher.config_file=/no/such/file.yaml"], "does not exist"),
+    (["launcher.config_file=/no/such/file.yaml"], "'launcher.config_file' is set but no launcher is"),
+    (["launcher.name=accelerate", "launcher.num_processes=2", "methods.grpo_engine.minibatches=8"],
+     "must divide by 'methods.grpo_engine.minibatches' (8)"),
+])
+def test_launcher_settings_are_checked(overrides: list[str], expected: str) -> None:
+    assert expected in _error(overrides)
+
+
+def test_more_processes_than_cores_on_a_cpu_only_machine_is_allowed() -> None:
+    spec = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=2"])
+    assert spec.launcher.num_processes == 2 and spec.device == "cpu"
+
+
+@pytest.mark.parametrize("name", launch.SHIPPED_CONFIGS)
+def test_shipped_configs_load_in_accelerate(name: str) -> None:
+    """accelerate's own loader reads each shipped file; DeepSpeed ones carry a ZeRO stage the suite checks."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = launch.shipped_config(name)
+    config = load_config_from_file(str(path))
+    data = launch.read_config(path)
+    assert str(config.distributed_type).split(".")[-1] == data["distributed_type"]
+    if name.startswith("zero"):
+        assert data["distributed_type"] == "DEEPSPEED"
+        assert config.deepspeed_config["zero_stage"] == int(name[4])
+        assert (config.deepspeed_config["offload_param_device"] == "cpu") == name.endswith("offload")
+
+
+@pytest.mark.parametrize("name", ["zero2", "zero3", "zero3_offload"])
+def test_deepspeed_configs_are_refused_on_a_cpu_with_one_line(name: str) -> None:
+    path = launch.shipped_config(name)
+    message = _error(["launcher.name=accelerate", f"launcher.config_file={path}"])
+    assert "DeepSpeed config, which needs GPUs" in message
+
+
+def test_deepspeed_config_checks(tmp_path: Path) -> None:
+    """Stage and offload devices are checked; on a GPU spec a missing DeepSpeed package is named."""
+    import importlib.util
+
+    bad = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 5}}
+    with pytest.raises(SpecError, match="zero_stage must be 0, 1, 2 or 3"):
+        launch.check_config(bad, tmp_path / "x.yaml", "cuda")
+    bad = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 2, "offload_param_device": "cpu"}}
+    with pytest.raises(SpecError, match="offload_param_device needs zero_stage 3"):
+        launch.check_config(bad, tmp_path / "x.yaml", "cuda")
+    with pytest.raises(SpecError, match="not supported by the suite"):
+        launch.check_config({"distributed_type": "FSDP"}, tmp_path / "x.yaml", "cuda")
+    zero3 = launch.read_config(launch.shipped_config("zero3"))
+    if importlib.util.find_spec("deepspeed") is None:
+        with pytest.raises(SpecError, match="DeepSpeed is not installed"):
+            launch.check_config(zero3, launch.shipped_config("zero3"), "cuda")
+    else:
+        launch.check_config(zero3, launch.shipped_config("zero3"), "cuda")
+
+
+def test_cli_flags_map_to_the_spec_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    proc = run_bench("run", "--preset", "cpu-quick", "--launcher", "accelerate", "--num-processes", "0", "--dry-run")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "bench: error: 'launcher.num_processes' must be >= 1, got 0"
+    config = tmp_path / "mine.yaml"
+    config.write_text(launch.shipped_config("ddp").read_text())
+    proc = run_bench("run", "--preset", "cpu-quick", "--launcher", "accelerate", "--num-processes", "2",
+                     "--accelerate-config", str(config), "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# -- what the runner starts ------------------------------------------------------------------------------
+def test_method_runs_start_through_accelerate_and_stages_do_not(tmp_path: Path) -> None:
+    spec = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=2"])
+    (tmp_path / "rank1.json").write_text("{}")  # an earlier attempt's: removed before the launch
+    command, env = launch.worker_launch(spec, "method", "grpo_engine", tmp_path, {})
+    assert command is not None and command[1:5] == ["-m", "accelerate.commands.accelerate_cli", "launch",
+                                                    "--config_file"]
+    assert command[5] == str(launch.shipped_config("ddp"))
+    assert command[command.index("--num_processes") + 1] == "2"
+    assert command[-3:] == ["-m", "bench.worker", str(tmp_path)]
+    assert env[launch.LAUNCHER_ENV] == "accelerate" and not (tmp_path / "rank1.json").exists()
+    assert launch.worker_launch(spec, "method", "grpo", tmp_path, {})[0] is not None  # TRL GRPO maps its budget
+    assert launch.worker_launch(spec, "method", "dpo", tmp_path, {})[0] is None  # DPO does not: one process
+    assert launch.worker_launch(spec, "stage", "warm_start", tmp_path, {})[0] is None
+    plain = load_spec("cpu-quick")
+    assert launch.worker_launch(plain, "method", "grpo_engine", tmp_path, {"A": "1"}) == (None, {"A": "1"})
+
+
+def _rank(rank: int, peak: int, completions: int, status: str = "ok", error: dict | None = None) -> dict:
+    return {"rank": rank, "world_size": 2, "status": status, "error": error,
+            "memory": {"peak_bytes": peak, "source": "cpu-rss", "by_source": {"cpu-rss": peak}},
+            "throughput": {"train_s": 2.0, "completions": completions, "generated_tokens": 10 * completions,
+                           "trained_tokens": 20 * completions},
+            "prompt_ids": [rank]}
+
+
+def test_rank_files_merge_into_one_result(tmp_path: Path) -> None:
+    result = empty_result("grpo_engine-s0", "method", "grpo_engine", "GRPO (suite engine)", "suite", 0)
+    result.update(status="ok", memory={"peak_bytes": 300, "source": "cpu-rss", "networks": {}},
+                  throughput={"train_s": 2.0, "completions": 8, "generated_tokens": 80, "wall_s": 3.0})
+    write_json_atomic(tmp_path / "result.json", result)
+    write_json_atomic(tmp_path / "rank0.json", _rank(0, 300, 8))
+    write_json_atomic(tmp_path / "rank1.json", _rank(1, 500, 8))
+    merged = launch.merge_rank_files(tmp_path)
+    assert merged == json.loads((tmp_path / "result.json").read_text())
+    memory, throughput = merged["memory"], merged["throughput"]
+    assert [r["peak_bytes"] for r in memory["ranks"]] == [300, 500]
+    assert (memory["peak_bytes_max"], memory["peak_bytes_sum"], memory["peak_bytes"]) == (500, 800, 500)
+    assert memory["peak_bytes_rank0"] == 300
+    assert (throughput["completions"], throughput["generated_tokens"], throughput["processes"]) == (16, 160, 2)
+    assert throughput["completions_per_s"] == 8.0 and throughput["tokens_per_s"] == 80.0
+
+
+def test_a_failed_rank_fails_the_run_with_its_reason(tmp_path: Path) -> None:
+    result = empty_result("grpo-s0", "method", "grpo", "GRPO (TRL)", "trl", 0)
+    result.update(status="ok", throughput={"train_s": 1.0, "wall_s": 1.0})
+    write_json_atomic(tmp_path / "result.json", result)
+    write_json_atomic(tmp_path / "rank0.json", _rank(0, 1, 1))
+    write_json_atomic(tmp_path / "rank1.json", _rank(1, 1, 1, "failed", {"type": "ValueError", "message": "boom"}))
+    merged = launch.merge_rank_files(tmp_path)
+    assert merged["status"] == "failed" and merged["error"]["type"] == "ValueError"
+    assert merged["error"]["message"] == "rank 1: ValueError: boom"
+
+
+# -- the launched run --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("accelerate")
+    out = root / "suite"
+    proc = run_bench("run", "--preset", "cpu-quick", "--out", str(out), "--launcher", "accelerate",
+                     "--num-processes", "2", *SMALL, cache_dir=root / "cache", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:] + "\n".join(
+        p.read_text()[-3000:] for p in out.glob("runs/*/worker.log"))
+    return out
+
+
+@pytest.mark.parametrize("method", LAUNCHED)
+def test_two_ranks_train_on_different_prompts(launched: Path, method: str) -> None:
+    run_dir = launched / "runs" / f"{method}-s0"
+    spec = json.loads((launched / "suite.json").read_text())["spec"]
+    t = spec["train"]
+    ranks = [json.loads((run_dir / f"rank{k}.json").read_text()) for k in (0, 1)]
+    ids = [r["prompt_ids"] for r in ranks]
+    assert all(r["status"] == "ok" for r in ranks)
+    assert len(ids[0]) == len(ids[1]) == t["steps"] * t["prompts_per_step"] // 2
+    assert not set(ids[0]) & set(ids[1])  # different prompts ...
+    assert sorted(ids[0] + ids[1]) == list(range(t["steps"] * t["prompts_per_step"]))  # ... the step's, together
+
+
+@pytest.mark.parametrize("method", LAUNCHED)
+def test_gradients_are_averaged_over_the_ranks(launched: Path, method: str) -> None:
+    """Different prompts, yet both ranks end with the same weights: the same change from the same start
+    (without the averaging each rank would follow its own prompts' gradients)."""
+    run_dir = launched / "runs" / f"{method}-s0"
+    changes = [json.loads((run_dir / f"rank{k}.json").read_text())["training_change"] for k in (0, 1)]
+    assert changes[0]["params_changed_fraction"] > 0.5
+    assert changes[0]["update_to_weight_ratio"] == changes[1]["update_to_weight_ratio"]
+
+
+@pytest.mark.parametrize("method", LAUNCHED)
+def test_per_rank_memory_and_counts_across_ranks(launched: Path, method: str) -> None:
+    result = json.loads((launched / "runs" / f"{method}-s0" / "result.json").read_text())
+    spec = result["spec"]
+    memory, throughput = result["memory"], result["throughput"]
+    peaks = [r["peak_bytes"] for r in memory["ranks"]]
+    assert [r["rank"] for r in memory["ranks"]] == [0, 1] and all(p > 50 * 2**20 for p in peaks)
+    assert {r["source"] for r in memory["ranks"]} == {"cpu-rss"}
+    assert memory["peak_bytes_max"] == max(peaks) == memory["peak_bytes"] and memory["peak_bytes_sum"] == sum(peaks)
+    # the matched budget over both ranks: steps x prompts_per_step x G completions
+    t = spec["train"]
+    assert throughput["completions"] == t["steps"] * t["prompts_per_step"] * t["group_size"]
+    assert [r["completions"] for r in throughput["per_rank"]] == [throughput["completions"] // 2] * 2
+    assert result["settings"]["parallel"]["processes"] == 2 and result["settings"]["parallel"]["backend"] == "gloo"
+    launcher = result["environment"]["launcher"]
+    assert launcher["name"] == "accelerate" and launcher["processes"] == 2
+    assert launcher["config"]["distributed_type"] == "MULTI_GPU"
+
+
+def test_the_launched_result_has_the_one_process_shape(launched: Path) -> None:
+    """The same keys as a one-process result: the warm start ran as one process in the same suite, through the same
+    worker and TRL; the engine's runs have no TRL seams. Rank 0 evaluated; every section of the one-process result
+    is there, with the per-rank fields added."""
+    runs = launched / "runs"
+    stage = json.loads((runs / "warm_start" / "result.json").read_text())
+    trl = json.loads((runs / "grpo-s0" / "result.json").read_text())
+    assert set(trl) == set(stage)
+    for method in LAUNCHED:
+        result = json.loads((runs / f"{method}-s0" / "result.json").read_text())
+        assert result["status"] == "ok"
+        assert set(result) == set(trl) - ({"seams"} if result["engine"] == "suite" else set())
+        for section in ("memory", "throughput", "accuracy"):
+            assert set(stage[section]) <= set(result[section]), section
+        assert result["accuracy"]["after"] and result["accuracy"]["n_questions"] == 8
+        assert (runs / f"{method}-s0" / "completions.jsonl").is_file()
