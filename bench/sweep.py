@@ -150,18 +150,23 @@ def expand(spec: Spec) -> list[Point]:
 
 
 def _expand_per_method(spec: Spec) -> tuple[list[Point], dict[str, list[str]]]:
-    """(points, method -> ids of the points it runs at) of a per_method sweep."""
+    """(points, method -> ids of the points it runs at) of a per_method sweep.
+
+    A point's id names only the values that differ from its method's first point ("base"): ``kl0.1`` rather than
+    ``lr0.0002-clrNone-kl0.1-rmep2-rmlr0.001``; the result records every value (``result["sweep"]["values"]``)."""
     points: list[Point] = []
     by_values: dict[str, Point] = {}
     of_method: dict[str, list[str]] = {}
     for method, entries in spec.sweep.axes.items():
+        first = dict(entries[0] or {}) if entries else {}
         for entry in entries:
             combo = tuple((entry or {}).items())
             key = repr(combo)
             if key not in by_values:
-                point_id = _label(combo) or "base"
+                differs = tuple((k, v) for k, v in combo if k not in first or first[k] != v)
+                point_id = _label(differs) or "base"
                 taken = {p.point_id for p in points}
-                if point_id in taken:  # another method's own setting with the same short label (lr2e-4)
+                if point_id in taken:  # another method's base, or its own setting with the same short label
                     point_id = f"{point_id}-{method}"
                 if point_id in taken:
                     point_id = f"{point_id}-{len(points) + 1}"
@@ -395,6 +400,9 @@ def describe_sweep(spec: Spec) -> list[str]:
         lines = [f"sweep (per_method): {len(points)} points, {sum(len(v) for v in runs_at.values())} method runs x "
                  f"{len(spec.seeds)} seed(s); {sw.warmup_steps} warm-up + {sw.steps} measured steps each"]
         lines += [f"  {method}: {', '.join(ids)}" for method, ids in runs_at.items()]
+        if spec.eval.split == "validation":  # the plan's header counts test questions; a tune never loads them
+            lines.append(f"  evaluation on the validation split: {spec.task.validation_size} questions carved from the "
+                         f"training side; the test split is not loaded")
         return lines
     lines = [f"sweep ({sw.mode}): {len(points)} points x {len(spec.enabled_methods())} methods x "
              f"{len(spec.seeds)} seed(s); {sw.warmup_steps} warm-up + {sw.steps} measured steps each"]

@@ -111,7 +111,10 @@ def test_a_tune_is_a_per_method_sweep_on_validation_sharing_its_stages() -> None
     assert len(methods) == 2 * (2 + 2 + 2)  # seeds x (grpo_engine + ppo + dpo points)
     by_id = {r.run_id: r for r in methods}
     assert by_id["dpo-s1@ipo"].values == (("methods.dpo.loss_type", "ipo"),)
-    assert by_id["ppo-s0@lr0.0001-rmep1"].needs == ("warm_start", "sample_pool", "reward_model@rmep1")
+    # A point's id names what differs from its method's first point; the first method's first point is "base".
+    assert by_id["ppo-s0@rmep1"].needs == ("warm_start", "sample_pool", "reward_model@rmep1")
+    assert by_id["grpo_engine-s0@base"].values == (("methods.grpo_engine.learning_rate", 1.0e-4),)
+    assert by_id["ppo-s0@base-ppo"].values == (("methods.ppo.learning_rate", 1.0e-4), ("reward_model.epochs", 2))
     assert {r.name for r in methods if r.point == "ipo"} == {"dpo"}  # a method runs at its own points only
     from bench.sweep import point_spec
 
@@ -163,23 +166,23 @@ def three_points() -> tuple[Any, Any, dict[str, Grid]]:
 def test_the_pick_is_the_best_mean_over_seeds_among_complete_points(tmp_path: Path, three_points: Any) -> None:
     _, spec, _ = three_points
     # 3e-4 has the best single seed but a lower mean (0.50 against 0.55); 1e-3 is best but one of its seeds failed.
-    _fake_results(tmp_path, spec, {("lr0.0001", 0): 0.5, ("lr0.0001", 1): 0.6, ("lr0.0003", 0): 0.7,
+    _fake_results(tmp_path, spec, {("base", 0): 0.5, ("base", 1): 0.6, ("lr0.0003", 0): 0.7,
                                    ("lr0.0003", 1): 0.3, ("lr0.001", 0): 0.9, ("lr0.001", 1): None})
     scores = collect_scores(tmp_path, spec)["grpo_engine"]
-    assert [s.point for s in scores] == ["lr0.0001", "lr0.0003", "lr0.001"]
+    assert [s.point for s in scores] == ["base", "lr0.0003", "lr0.001"]
     best = pick(scores)
-    assert best is not None and best.point == "lr0.0001" and best.mean == pytest.approx(0.55)
+    assert best is not None and best.point == "base" and best.mean == pytest.approx(0.55)
     assert best.sd == pytest.approx(0.0707107, abs=1e-6) and not scores[2].complete
     # A tie goes to the point first in the grid (the preset's own value comes first).
     tie = collect_scores(tmp_path, spec)["grpo_engine"]
     tie[1].accuracy = {0: 0.55, 1: 0.55}
-    assert pick(tie).point == "lr0.0001"
+    assert pick(tie).point == "base"
 
 
 def test_the_tuned_preset_loads_back_and_applies(tmp_path: Path, three_points: Any,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     base, spec, grids = three_points
-    _fake_results(tmp_path, spec, {("lr0.0001", 0): 0.4, ("lr0.0001", 1): 0.5, ("lr0.0003", 0): 0.6,
+    _fake_results(tmp_path, spec, {("base", 0): 0.4, ("base", 1): 0.5, ("lr0.0003", 0): 0.6,
                                    ("lr0.0003", 1): 0.7, ("lr0.001", 0): 0.2, ("lr0.001", 1): 0.1})
     code = finish_tune(tmp_path, spec, base, grids, ["grpo_engine"], _tune_args(), "bench tune --preset cpu-quick")
     assert code == 0
@@ -198,7 +201,8 @@ def test_the_tuned_preset_loads_back_and_applies(tmp_path: Path, three_points: A
     assert record["score"]["mean"] == pytest.approx(0.65) and record["score"]["n"] == 2
     assert record["seeds"] == [0, 1] and record["n_questions"] == 24 and record["scoring_mode"] == HEADLINE_MODE
     assert record["grid"] == {"methods.grpo_engine.learning_rate": [1.0e-4, 3.0e-4, 1.0e-3]}
-    assert [s["point"] for s in record["scores"]] == ["lr0.0001", "lr0.0003", "lr0.001"]
+    assert [s["point"] for s in record["scores"]] == ["base", "lr0.0003", "lr0.001"]
+    assert record["default_point"] == "base"  # 1e-4 is what grpo_engine inherits (train.learning_rate)
     # Results carry it in their spec (result["spec"]["tuning"]); an untuned method has no entry.
     assert "grpo" not in tuned.tuning.methods and load_spec("cpu-quick").tuning.source is None
     # Overrides still apply on top of the tuned preset.
@@ -219,7 +223,8 @@ def test_extends_resolves_relative_files_and_refuses_a_loop(tmp_path: Path) -> N
 def test_dry_run_lists_each_methods_points(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tune", "--preset", "cpu-quick", "--methods", "dpo,grpo_engine", "--seeds", "1", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "sweep (per_method)" in out and "dpo: sigmoid, ipo" in out and "grpo_engine: lr0.0001, lr0.001" in out
+    assert "sweep (per_method)" in out and "dpo: base-dpo, ipo" in out and "grpo_engine: base, lr0.001" in out
+    assert "evaluation on the validation split" in out
     assert "dpo-s0@ipo" in out
     assert main(["tune", "--preset", "cpu-quick", "--methods", "nope", "--dry-run"]) == 2
 
@@ -233,7 +238,7 @@ def test_a_tiny_tune_runs_end_to_end(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     path = out / "tuned-cpu-quick.yaml"
     assert f"bench run --preset {path.resolve()}" in proc.stdout
-    for point in ("lr0.0001", "lr0.001"):
+    for point in ("base", "lr0.001"):
         result = json.loads((out / "runs" / f"grpo_engine-s0@{point}" / "result.json").read_text(encoding="utf-8"))
         assert result["spec"]["eval"]["split"] == "validation" and result["accuracy"]["n_questions"] == 48
         assert result["data_checks"]["eval_split"] == "validation" and result["data_checks"]["working_overlap"] == 0
