@@ -370,3 +370,18 @@ def test_seed_level_finding_worded_by_the_holm_adjusted_t_test(tmp_path: Path) -
     p = 1 - 2 / math.pi * math.atan(5.0)
     basis = next(f.basis for f in findings(load_suite(suite_dir)) if f.text == seed_lines[0])
     assert f"Holm-adjusted p = {p:.3g}" in basis, basis
+
+
+def test_headline_says_which_methods_were_tuned_on_validation(tmp_path: Path) -> None:
+    from report_fixtures import method_result
+    from bench.report.overview import headline_table
+    from bench.results import write_json_atomic
+
+    suite_dir = write_suite(tmp_path, methods=("grpo", "dpo"))
+    res = method_result("dpo")
+    res["spec"]["tuning"] = {"methods": {"dpo": {"chosen": {"learning_rate": 3e-5}, "score": {"mean": 0.5},
+                                                 "points": [{}, {}, {}], "n_questions": 500, "seeds": [0, 1]}}}
+    write_json_atomic(suite_dir / "runs" / "dpo-s0" / "result.json", res)
+    note = next(n for n in headline_table(load_suite(suite_dir)).notes if n.startswith("Hyperparameters"))
+    assert "DPO (TRL, pool pairs): tuned on validation (3 grid points, n = 500, seeds [0, 1]" in note, note
+    assert "validation 50.0%" in note and "untuned defaults: GRPO (TRL)" in note, note

@@ -112,7 +112,8 @@ def headline_table(suite: Suite) -> MarkedTable:
              "intervals. Bold marks the best value of a column (lowest memory and s/step, highest rates and "
              "accuracy); peak memory is compared only between readings of the same source.",
              "Static memory: weights + gradients + optimizer state of each resident network (exact accounting); "
-             "peak memory: the highest reading of the whole run from the named source."]
+             "peak memory: the highest reading of the whole run from the named source.",
+             tuning_note(suite)]
     if len(rows) < 2:
         best = set()
     header = [f"accuracy {headline_mode(suite)} before → after (95% CI)" if h == ACCURACY_COLUMN else h
@@ -120,6 +121,27 @@ def headline_table(suite: Suite) -> MarkedTable:
     # The reward model's chance-level warning sits beside PPO (reward model)'s row, where its accuracy is read.
     return (MarkedTable(header, rows, notes=notes, warnings=tables.reward_model_warnings(suite), best=best)
             if rows else MarkedTable([], []))
+
+
+def tuning_note(suite: Suite) -> str:
+    """Which methods run at values tuned on the validation split (``spec.tuning``, written by `bench tune`) and
+    which at untuned defaults, so a reader knows whether each contestant was given its best chance."""
+    tuned: dict[str, str] = {}
+    untuned: list[str] = []
+    for label, runs in _groups(suite).items():
+        run = runs[0]
+        tuning = (run.result.get("spec") or {}).get("tuning") or {}
+        entry = (tuning.get("methods") or {}).get(run.result.get("method")) if isinstance(tuning, dict) else None
+        if isinstance(entry, dict) and entry.get("chosen") is not None:
+            score = entry.get("score") or {}
+            mean_text = fmt.pct(fmt.num(score.get("mean"))) if fmt.num(score.get("mean")) is not None else fmt.MISSING
+            tuned[label] = (f"{label}: tuned on validation ({len(entry.get('points') or [])} grid points, "
+                            f"n = {entry.get('n_questions', fmt.MISSING)}, seeds {entry.get('seeds', fmt.MISSING)}; "
+                            f"chosen {entry.get('chosen')}, validation {mean_text})")
+        else:
+            untuned.append(label)
+    parts = list(tuned.values()) + ([f"untuned defaults: {', '.join(untuned)}"] if untuned else [])
+    return "Hyperparameters: " + "; ".join(parts) + " (bench tune picks each method's values on a validation split)."
 
 
 def _best(values: list[dict[int, float | None]], sources: list[str | None]) -> set[tuple[int, int]]:
