@@ -659,7 +659,9 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
     from bench.launch import merge_rank_files, worker_launch
 
     command, env = worker_launch(spec, run.kind, run.name, run_dir, env)  # accelerate launch, or None: one process
-    status = launch_worker(run_dir, progress, env, stopper, command)
+    # command only when launched: a one-process run calls launch_worker exactly as before (tests stand in for it)
+    status = (launch_worker(run_dir, progress, env, stopper) if command is None
+              else launch_worker(run_dir, progress, env, stopper, command=command))
     if command is not None:  # each rank wrote rank<k>.json; rank 0 the result: one result with every rank's memory
         merge_rank_files(run_dir)
     if read_result(run_dir) is None:
