@@ -290,6 +290,15 @@ def _watch_parent(parent_pid: int, runner_pid: int | None = None) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs: a zombie (killed, not yet reaped by its parent) has stopped."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 - psutil.NoSuchProcess: gone
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -234,3 +234,57 @@ def test_the_launched_result_has_the_one_process_shape(launched: Path) -> None:
             assert set(stage[section]) <= set(result[section]), section
         assert result["accuracy"]["after"] and result["accuracy"]["n_questions"] == 8
         assert (runs / f"{method}-s0" / "completions.jsonl").is_file()
+
+
+# -- stopping a launched run --------------------------------------------------------------------------------
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_sigterm_stops_every_rank_and_records_the_run_as_interrupted(tmp_path: Path) -> None:
+    """The launcher starts each rank in a session of its own; the runner's stop still reaches them all."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    out = tmp_path / "suite"
+    console = tmp_path / "console.txt"
+    env = dict(os.environ, BENCH_CACHE_DIR=str(tmp_path / "cache"))
+    command = [sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out), "--launcher",
+               "accelerate", "--num-processes", "2", "warm_start.steps=5", "train.steps=200",
+               "methods.grpo.enabled=false", "methods.ppo.enabled=false", "methods.dpo.enabled=false",
+               "methods.ppo_verifier.enabled=false"]
+    with open(console, "w") as handle:
+        suite = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=handle, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while "grpo_engine-s0: step " not in console.read_text():  # both ranks are past set-up, training
+            assert suite.poll() is None and time.monotonic() < deadline, console.read_text()[-3000:]
+            time.sleep(0.1)
+        processes = psutil.Process(suite.pid).children(recursive=True)
+        ranks = [p for p in processes if p.cmdline()[-2:] == ["bench.worker", str(out / "runs" / "grpo_engine-s0")]
+                 and "accelerate" not in " ".join(p.cmdline())]
+        assert len(ranks) == 2 and len({os.getpgid(p.pid) for p in ranks}) == 2  # each rank in a group of its own
+        suite.send_signal(signal.SIGTERM)
+        assert suite.wait(timeout=120) == 130, console.read_text()[-3000:]
+    finally:
+        if suite.poll() is None:
+            suite.kill()
+            suite.wait()  # reaped: the ranks see the runner gone
+    deadline = time.monotonic() + 15
+    while any(_alive(p.pid) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p.pid for p in processes if _alive(p.pid)], "a rank or the launcher outlived the suite"
+    stopped = json.loads((out / "runs" / "grpo_engine-s0" / "result.json").read_text())
+    assert stopped["status"] == "failed" and stopped["error"]["type"] == "Interrupted", stopped["error"]
+    ranks_recorded = launch.read_rank_files(out / "runs" / "grpo_engine-s0")
+    assert [r["error"]["type"] for r in ranks_recorded] == ["Interrupted", "Interrupted"]
