@@ -110,6 +110,32 @@ def test_cli_flags_map_to_the_spec_and_a_bad_one_is_one_line(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+# -- TRL's GRPO: the budget per device -------------------------------------------------------------------
+@pytest.mark.parametrize("micro, per_device, accumulation", [(0, 12, 1), (4, 4, 3)])
+def test_trl_grpo_gets_its_share_of_the_step_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         micro: int, per_device: int, accumulation: int) -> None:
+    """Two ranks: each generates and trains on prompts_per_step / 2 prompts' G completions, so that
+    per_device x accumulation x N is the step's prompts_per_step x G (TRL's generation batch, all whole groups)."""
+    from baselines.grpo import grpo_config
+    from bench.context import RunContext
+
+    spec = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=2", "train.prompts_per_step=4",
+                                  "train.group_size=6", f"train.micro_batch_size={micro}"])
+    monkeypatch.setattr(launch, "world_size", lambda: 2)  # what WORLD_SIZE says in a rank
+    ctx = RunContext(spec=spec, method="grpo", method_spec=spec.methods["grpo"], seed=0, run_dir=tmp_path,
+                     device="cpu", init_model_dir=None, train_rows=[], telemetry=None, progress=lambda *a: None)
+    config = grpo_config(ctx)
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (per_device, accumulation)
+    assert config.per_device_train_batch_size * config.gradient_accumulation_steps * 2 == 4 * 6
+    assert config.num_generations == 6
+
+
+def test_a_micro_batch_that_does_not_split_a_ranks_share_is_refused() -> None:
+    message = _error(["launcher.name=accelerate", "launcher.num_processes=2", "train.micro_batch_size=4",
+                      "methods.grpo_engine.enabled=false", "train.prompts_per_step=2", "train.group_size=6"])
+    assert "'train.micro_batch_size' (4) must divide the completions per process (2 processes) per step (6)" in message
+
+
 # -- what the runner starts ------------------------------------------------------------------------------
 def test_method_runs_start_through_accelerate_and_stages_do_not(tmp_path: Path) -> None:
     spec = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=2"])
