@@ -166,7 +166,7 @@ def test_preset_has_the_gpu_presets_shapes_and_systems_settings() -> None:
     assert (spec.train.steps, spec.telemetry.warmup_steps) == (3, 1)
     assert spec.eval.enabled is False and spec.sample_pool.pairs == GOLD_PAIRS
     assert spec.warm_start.enabled is False and spec.model.use_chat_template is False
-    assert spec.enabled_methods() == gpu.enabled_methods()
+    assert spec.enabled_methods() == [m for m in gpu.enabled_methods() if m != "control"]  # lr 0: no systems cost
 
 
 def test_spec_defaults_and_bad_values() -> None:
@@ -211,7 +211,7 @@ def test_verifier_pairs_are_unchanged() -> None:
 # --- the table module on written results -----------------------------------------------------------------------
 def _write_run(suite: Path, run_id: str, kind: str, status: str, by_source: dict[str, int]) -> None:
     res = empty_result(run_id, kind, run_id.split("-")[0], run_id, "suite", 0)
-    res["status"] = status
+    res.update(status=status, started_at="2026-11-30T12:00:00+00:00", finished_at="2026-11-30T12:01:00+00:00")
     res["memory"] = {"peak_bytes": by_source.get("cuda-allocated"), "source": "cuda-allocated",
                      "by_source": by_source, "phases": {
                          "generation": {"peak_bytes": 2 * 2**30, "source": "cuda-allocated"},
@@ -221,7 +221,7 @@ def _write_run(suite: Path, run_id: str, kind: str, status: str, by_source: dict
                                   "actor": {"params": 10, "weight_bytes": 2**30, "grad_bytes": 2**30,
                                             "optimizer_bytes": 2 * 2**30}}}
     res["throughput"] = {"step_s_median": 1.5, "completions_per_s": 85.3, "completions": 384,
-                         "generated_tokens": 384 * 512}
+                         "generated_tokens": 384 * 512, "wall_s": 300.0}
     if status == "failed":
         res["error"] = {"type": "OutOfMemoryError", "message": "CUDA out of memory"}
     write_json_atomic(suite / "runs" / run_id / "result.json", res)
