@@ -45,7 +45,7 @@ def test_report_files_exist_and_latest_points_here(suite: Path) -> None:
     for name in ("index.html", "summary.md", "results.csv"):
         assert (suite / name).stat().st_size > 0
     pngs = list((suite / "figures").glob("*.png"))
-    assert {"accuracy_strict.png", "throughput.png", "phases.png"} <= {p.name for p in pngs}
+    assert {"accuracy_suite-strict.png", "throughput.png", "phases.png"} <= {p.name for p in pngs}
     assert any(p.name.startswith("memory_") for p in pngs)
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
