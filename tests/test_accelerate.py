@@ -314,3 +314,5 @@ def test_sigterm_stops_every_rank_and_records_the_run_as_interrupted(tmp_path: P
     assert stopped["status"] == "failed" and stopped["error"]["type"] == "Interrupted", stopped["error"]
     ranks_recorded = launch.read_rank_files(out / "runs" / "grpo_engine-s0")
     assert [r["error"]["type"] for r in ranks_recorded] == ["Interrupted", "Interrupted"]
+    resume = [line for line in console.read_text().splitlines() if line.startswith("resume with: ")]
+    assert resume and "launcher.name=accelerate launcher.num_processes=2" in resume[-1]  # --resume launches again
