@@ -21,9 +21,9 @@ from typing import Callable
 import psutil
 import pytest
 
-OVERRIDES = ["warm_start.steps=5", "train.steps=12", "methods.ppo.enabled=false", "methods.dpo.enabled=false",
+OVERRIDES = ["warm_start.steps=5", "train.steps=150", "methods.ppo.enabled=false", "methods.dpo.enabled=false",
              "methods.ppo_verifier.enabled=false"]
-"""A warm start and two GRPO runs (TRL's and the suite engine's); 12 steps keep a method run busy for seconds."""
+"""A warm start and two GRPO runs (TRL's and the suite engine's); 150 steps keep a method run busy for seconds (12 no longer did: the engine finished them in about one second)."""
 
 
 @pytest.fixture(scope="module")
