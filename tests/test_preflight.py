@@ -252,9 +252,10 @@ def test_a_complete_local_setup_passes_every_check(tmp_path: Path) -> None:
     folder = _model_folder(tmp_path)
     data = tmp_path / "gsm8k"
     data.mkdir()
-    row = json.dumps({"question": "Tom has 2 pens and buys 3. How many?", "answer": "2+3=5\n#### 5"})
-    for split in ("train", "test"):
-        (data / f"{split}.jsonl").write_text(row + "\n", encoding="utf-8")
+    rows = {"train": {"question": "Tom has 2 pens and buys 3. How many?", "answer": "2+3=5\n#### 5"},
+            "test": {"question": "Ann has 4 cups and buys 1. How many?", "answer": "4+1=5\n#### 5"}}
+    for split, row in rows.items():  # different questions: a shared one would be noted as not held out
+        (data / f"{split}.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
     spec = load_spec("gsm8k-qwen0.5b", ["model.source=path", f"model.name_or_path={folder}", "device=cpu",
                                         f"task.path={data}", "train.prompts_per_step=1", "task.train_size=1"])
     notes = io.StringIO()
