@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from bench.data_export import write_jsonl_atomic
 from bench.errors import UserError
 from bench.tasks import gold_number
 from bench.verifier import HEADLINE_MODE, MODE_ALIASES, MODE_DESCRIPTIONS, MODES, judge, normalize_number, resolve_mode
@@ -118,21 +117,6 @@ def _mode(mode: str) -> str:
         return resolve_mode(mode)
     except ValueError:
         raise UserError(f"unknown --mode '{mode}'; use one of {', '.join(MODES)}") from None
-
-
-def _write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write JSON lines so that a reader never sees half a file (temp file, fsync, rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def rescore_records(path: Path) -> list[dict[str, Any]]:
@@ -253,7 +237,7 @@ def rescore_suite(suite_dir: Path, mode: str) -> list[tuple[str, str]]:
         if rehash:
             result["inputs_hash"] = new_hash
         if run_id in records_of:
-            _write_jsonl_atomic(runs_dir / run_id / COMPLETIONS_FILE, records_of[run_id])
+            write_jsonl_atomic(runs_dir / run_id / COMPLETIONS_FILE, records_of[run_id])
         if run_id in records_of or rehash:
             write_json_atomic(runs_dir / run_id / "result.json", result)
     write_json_atomic(suite_dir / REPORT_SETTINGS_FILE, {"headline_mode": mode})
