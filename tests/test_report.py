@@ -276,6 +276,41 @@ def test_figures_are_pngs(built: Path) -> None:
         assert p.read_bytes()[:8] == PNG_SIGNATURE, p.name
 
 
+def test_curves_of_several_seeds_draw_mean_band_and_faint_seeds(tmp_path: Path) -> None:
+    """GRPO with two ok seeds (one logs a step the other lacks) is drawn as the mean at the shared steps, a min–max
+    band and faint seed lines; the caption says what the band is and that nothing is smoothed."""
+    from report_fixtures import method_result, write_suite
+
+    from bench.report import figures
+
+    suite_dir = write_suite(tmp_path, methods=("grpo",))
+    second = method_result("grpo", seed=1)
+    for point in second["curves"]:
+        point["reward"] += 0.1  # seed 1 sits 0.1 above seed 0 at every step
+    second["curves"].append({"step": 200, "reward": 9.0})  # a step seed 0 never logged: left out of the mean
+    write_json_atomic(suite_dir / "runs" / "grpo-s1" / "result.json", second)
+    plan = json.loads((suite_dir / "suite.json").read_text())
+    plan["runs"].append("grpo-s1")
+    write_json_atomic(suite_dir / "suite.json", plan)
+    build_report(suite_dir)
+    png = suite_dir / "figures" / "curves.png"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+
+    suite = load_suite(suite_dir)
+    info = figures.curves_figure(suite, tmp_path)
+    assert info is not None and info.name == "curves.png"
+    assert "min–max" in info.caption and "no smoothing" in info.caption, info.caption
+    assert "standard deviation" not in info.caption  # only 2 seeds: no sd band
+    runs = [r for r in suite.methods if r.result.get("method") == "grpo"]
+    assert len(runs) == 2
+    steps, mean, low, high = figures._seed_band([figures._series(r, "reward") for r in runs])
+    assert steps == list(range(1, 101, 5))  # only the steps both seeds logged
+    assert mean[0] == pytest.approx(0.402 + 0.05) and (low[0], high[0]) == (pytest.approx(0.402), pytest.approx(0.502))
+    # 3 seeds: the band is the mean ± one sample standard deviation.
+    _, mean3, low3, high3 = figures._seed_band([[(1.0, 1.0)], [(1.0, 2.0)], [(1.0, 3.0)]])
+    assert (mean3, low3, high3) == ([2.0], [1.0], [3.0])
+
+
 def test_memory_sources_never_share_a_chart(built: Path) -> None:
     from bench.report import figures, load
 

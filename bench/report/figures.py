@@ -17,6 +17,7 @@ different things and a shared axis would invite a false comparison.
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -359,8 +360,32 @@ def phases_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     return FigureInfo(name, "Time per phase (seconds, stacked) for each method run." + phase_times.figure_note(suite))
 
 
+def _seed_band(series: list[list[tuple[float, float]]]) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Steps every seed logged, with the mean over seeds and the band around it at each: ± one sample standard
+    deviation for 3+ seeds, min–max for 2. Returns (steps, mean, low, high); empty lists when no step is shared."""
+    per_seed = [dict(pts) for pts in series]  # step -> value (a repeated step keeps its last value)
+    steps = sorted(set.intersection(*(set(d) for d in per_seed))) if per_seed else []
+    mean, low, high = [], [], []
+    for step in steps:
+        values = [d[step] for d in per_seed]
+        m = statistics.fmean(values)
+        if len(values) >= 3:
+            sd = statistics.stdev(values)
+            lo, hi = m - sd, m + sd
+        else:
+            lo, hi = min(values), max(values)
+        mean.append(m)
+        low.append(lo)
+        high.append(hi)
+    return steps, mean, low, high
+
+
 def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
-    """Training curves against optimizer step: reward, KL (when logged) and other stable metrics present."""
+    """Training curves against optimizer step: reward, KL (when logged) and other stable metrics present.
+
+    A method with 2+ ok seeds is drawn as its mean over seeds (its colour) at the steps every seed logged, a
+    shaded band (± one sample sd for 3+ seeds, min–max for 2) and its per-seed curves faint behind; a method with
+    one seed keeps a single line. No smoothing is applied."""
     names = fmt.display_names(suite.methods)
     runs = [r for r in suite.methods if r.result.get("curves")]
     present = [m for m in CURVE_METRICS
@@ -370,20 +395,43 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     ncols = 2 if len(present) > 1 else 1
     nrows = (len(present) + ncols - 1) // ncols
     colors = method_colors(suite)
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.label, []).append(run)
+    bands: set[str] = set()  # the band kinds drawn: "sd" and/or "minmax"
     fig, axes = _new(5.0 * ncols + 1, 3.3 * nrows, ncols=ncols, nrows=nrows)
     flat = [ax for row in axes for ax in row]
     for ax, metric in zip(flat, present):
-        for run in runs:
-            pts = [(p.get("step"), p.get(metric)) for p in run.result["curves"] if isinstance(p, dict)]
-            pts = sorted((fmt.num(s), fmt.num(v)) for s, v in pts if fmt.num(s) is not None and fmt.num(v) is not None)
-            if not pts:
+        for label, members in groups.items():
+            ok = [(r, _series(r, metric)) for r in members if r.status == "ok"]
+            ok = [(r, pts) for r, pts in ok if pts]
+            steps, mean, low, high = _seed_band([pts for _, pts in ok]) if len(ok) >= 2 else ([], [], [], [])
+            averaged = {r.run_id for r, _ in ok} if steps else set()
+            single = [r for r in members if r.run_id not in averaged]
+            for run in single:  # one seed (or runs outside the mean): one line per run, as before
+                pts = _series(run, metric)
+                if not pts:
+                    continue
+                control = run.result.get("method") == CONTROL_METHOD
+                # The lr-0 control's reward wanders by chance alone: drawn as the noise floor the others must clear.
+                name = NOISE_FLOOR if control and metric == "reward" else names[run.run_id]
+                ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 and not control else None,
+                        color=colors[run.label], linestyle="--" if control else "-", linewidth=2.0 if control else 1.5,
+                        label=name, zorder=1 if control else 2)
+            if not steps:
                 continue
-            control = run.result.get("method") == CONTROL_METHOD
-            # The lr-0 control's reward wanders by chance alone: drawn as the noise floor the others must clear.
-            label = NOISE_FLOOR if control and metric == "reward" else names[run.run_id]
-            ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 and not control else None,
-                    color=colors[run.label], linestyle="--" if control else "-", linewidth=2.0 if control else 1.5,
-                    label=label, zorder=1 if control else 2)
+            control = any(r.result.get("method") == CONTROL_METHOD for r, _ in ok)
+            color = colors[label]
+            for _, pts in ok:  # the raw seeds, faint and thin, behind the mean
+                ax.plot([s for s, _ in pts], [v for _, v in pts], color=color, alpha=0.25, linewidth=0.8,
+                        linestyle="--" if control else "-", label="_nolegend_", zorder=0)
+            ax.fill_between(steps, low, high, color=color, alpha=0.18, linewidth=0, zorder=0.5)
+            bands.add("sd" if len(ok) >= 3 else "minmax")
+            n = f" (mean of {len(ok)} seeds)"
+            name = (NOISE_FLOOR if control and metric == "reward" else label) + n
+            ax.plot(steps, mean, marker="." if len(steps) < 30 and not control else None, color=color,
+                    linestyle="--" if control else "-", linewidth=2.0 if control else 1.5, label=name,
+                    zorder=1 if control else 2)
         ax.set_xlabel("optimizer step (count)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 1.5 ticks
         ax.set_ylabel(_axis_label(metric), fontsize=8)
@@ -393,7 +441,14 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     for ax in flat[len(present):]:
         ax.set_visible(False)
     name = _save(fig, out_dir, "curves.png")
-    return FigureInfo(name, "Training curves against optimizer step (" + ", ".join(present) + ").")
+    caption = "Training curves against optimizer step (" + ", ".join(present) + "); no smoothing."
+    if bands:
+        kinds = [k for k in ("± one sample standard deviation over seeds (3+ seeds)" if "sd" in bands else "",
+                             "min–max over seeds (2 seeds)" if "minmax" in bands else "") if k]
+        caption += (" A method with 2+ ok seeds is drawn as its mean over seeds (solid, its colour; the lr-0 control "
+                    "dashed grey) at the steps every seed logged, with a shaded band: " + " or ".join(kinds)
+                    + "; its per-seed curves are faint behind. A method with one seed is a single line.")
+    return FigureInfo(name, caption)
 
 
 def _figure_modes(suite: Suite) -> tuple[str, str]:
