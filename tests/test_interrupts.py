@@ -21,9 +21,9 @@ from typing import Callable
 import psutil
 import pytest
 
-OVERRIDES = ["warm_start.steps=5", "train.steps=150", "methods.ppo.enabled=false", "methods.dpo.enabled=false",
+OVERRIDES = ["warm_start.steps=5", "train.steps=12", "methods.ppo.enabled=false", "methods.dpo.enabled=false",
              "methods.ppo_verifier.enabled=false"]
-"""A warm start and two GRPO runs (TRL's and the suite engine's); 150 steps keep a method run busy for seconds (12 no longer did: the engine finished them in about one second)."""
+"""A warm start and two GRPO runs (TRL's and the suite engine's); 12 steps keep a method run busy for seconds."""
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,8 @@ def test_sigint_stops_the_suite_a_dead_runner_stops_its_worker_and_resume_comple
 def test_sigterm_with_parallel_runs_stops_both_cancels_the_queue_and_resume_completes(
         tmp_path: Path, env: dict[str, str]) -> None:
     out = tmp_path / "suite"
-    extra = ["methods.ppo_verifier.enabled=true", "parallel_runs=2", "threads=1"]  # 3 method runs, 2 at a time
+    # 3 method runs, 2 at a time; 150 steps keep the engine's run going until TRL's (slower to load) has started
+    extra = ["methods.ppo_verifier.enabled=true", "parallel_runs=2", "threads=1", "train.steps=150"]
     suite = start(out, env, *extra)
     suite.wait_for(lambda: "warm_start: step" in suite.text(), "warm-start step")
     # A second writer on the same folder is refused while this one is alive, with one line and nothing run.
