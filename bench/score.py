@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 from bench.data_export import write_jsonl_atomic
 from bench.errors import UserError
@@ -48,6 +48,26 @@ def _gold(value: object, path: Path, line: int, field: str) -> str:
     return gold
 
 
+def _json_objects(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of the JSON Lines file ``path`` (1-based numbers).
+
+    Raises UserError naming the file and line for a line that is not one JSON object; ``what`` says what each
+    line should be, for that message.
+    """
+    with path.open(encoding="utf-8") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); each line must be {what}") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}; "
+                                f"each line must be {what}")
+            yield number, row
+
+
 def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
                verdicts_out: Path | None) -> tuple[int, int]:
     """Score every line of ``path``; returns ``(correct, total)``.
@@ -58,50 +78,35 @@ def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
     number in ``path``. Raises UserError (one line, with the line number) for a missing file, a line that is
     not a JSON object, a missing field, a gold that is not a number, or an unknown ``mode``.
     """
-    try:
-        mode = resolve_mode(mode)
-    except ValueError:
-        raise UserError(f"unknown --mode '{mode}'; use one of {', '.join(MODES)}") from None
+    mode = _mode(mode)
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: file not found; give a JSON Lines file of completions")
     verdicts: list[dict] = []
     correct = total = 0
-    with path.open(encoding="utf-8") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); "
-                                "each line must be one JSON object") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-            for field in (completion_field, gold_field):
-                if field not in row:
-                    present = ", ".join(sorted(row)) or "none"
-                    raise UserError(f"{path}:{number}: no field '{field}' (fields present: {present}); "
-                                    "pass --completion-field/--gold-field")
-            completion = row[completion_field]
-            if not isinstance(completion, str):
-                raise UserError(f"{path}:{number}: completion field '{completion_field}' must be a string, "
-                                f"got {type(completion).__name__}")
-            gold = _gold(row[gold_field], path, number, gold_field)
-            # lm-eval compares against the gold text as written (its reference is the whole worked answer);
-            # the suite's modes against its number.
-            reference = str(row[gold_field]) if mode.startswith("lmeval-") else gold
-            extracted, ok = judge(completion, reference, mode)
-            correct += ok
-            total += 1
-            verdicts.append({"line": number, "extracted": extracted, "gold": gold, "correct": ok})
+    for number, row in _json_objects(path, "one JSON object"):
+        for field in (completion_field, gold_field):
+            if field not in row:
+                present = ", ".join(sorted(row)) or "none"
+                raise UserError(f"{path}:{number}: no field '{field}' (fields present: {present}); "
+                                "pass --completion-field/--gold-field")
+        completion = row[completion_field]
+        if not isinstance(completion, str):
+            raise UserError(f"{path}:{number}: completion field '{completion_field}' must be a string, "
+                            f"got {type(completion).__name__}")
+        gold = _gold(row[gold_field], path, number, gold_field)
+        # lm-eval compares against the gold text as written (its reference is the whole worked answer);
+        # the suite's modes against its number.
+        reference = str(row[gold_field]) if mode.startswith("lmeval-") else gold
+        extracted, ok = judge(completion, reference, mode)
+        correct += ok
+        total += 1
+        verdicts.append({"line": number, "extracted": extracted, "gold": gold, "correct": ok})
     if verdicts_out is not None:
         # Written only after the whole input has been read, so a bad line never leaves half a verdicts file.
         verdicts_out = Path(verdicts_out)
         verdicts_out.parent.mkdir(parents=True, exist_ok=True)
-        with verdicts_out.open("w", encoding="utf-8") as out:
-            for verdict in verdicts:
-                out.write(json.dumps(verdict) + "\n")
+        write_jsonl_atomic(verdicts_out, verdicts)
     return correct, total
 
 
@@ -128,18 +133,13 @@ def rescore_records(path: Path) -> list[dict[str, Any]]:
     from bench.evaluation import verdicts_of
 
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-                completion, gold, gold_answer = row["completion"], row["gold"], row["gold_answer"]
-                verdicts = verdicts_of(completion, gold, gold_answer)
-            except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
-                raise UserError(f"{path}:{number}: not a completion record ({type(exc).__name__}: {exc}); "
-                                "the file must be as `bench run` wrote it") from None
-            records.append({**row, **verdicts})
+    for number, row in _json_objects(path, "a completion record as `bench run` wrote it"):
+        try:
+            verdicts = verdicts_of(row["completion"], row["gold"], row["gold_answer"])
+        except (TypeError, KeyError, ValueError) as exc:
+            raise UserError(f"{path}:{number}: not a completion record ({type(exc).__name__}: {exc}); "
+                            "the file must be as `bench run` wrote it") from None
+        records.append({**row, **verdicts})
     return records
 
 
