@@ -12,13 +12,19 @@ Two kinds of terms:
   (reference, reward model) are stored in the spec's dtype. The critic is the backbone without the LM head plus a
   float32 value head (hidden -> 1, with bias); the reward model is the backbone plus a ``score`` row (hidden -> 1,
   no bias). With LoRA (peft ``all-linear``: every linear layer but the LM head, r x (in + out) each) only the
-  adapters are trained and the reference is the actor's base with adapters off (no bytes of its own).
+  adapters are trained and the reference is the actor's base with adapters off (no bytes of its own). The base of
+  a trained network keeps the trained storage (float32: the suite loads the policy and the critic that way); PPO's
+  critic gets its own adapters on its own frozen backbone and a trained value head (``lora_critic``), or is
+  trained in full.
 - **Per-phase, approximate**: what a step adds on top of the static terms, in each phase the telemetry names
   (generation, reward, reference, critic, update):
 
   * bf16 working copies of trained weights: under bf16 autocast, ``torch.autocast`` caches a bf16 cast of every
     float32 leaf weight that requires grad a matmul uses (2 bytes x linear weights, LM head included) for the
-    whole autocast region — a forward — whether or not gradients are on. Generation differs by engine
+    whole autocast region — a forward — whether or not gradients are on. A frozen weight (a LoRA base) is cast
+    anew at every use and the cast freed, unless the matmul saves it for backward: in the update every frozen
+    linear of a LoRA network whose input needs a gradient keeps its bf16 cast (all of them without gradient
+    checkpointing; one layer's and the LM head's with it: ``frozen_weight_casts``). Generation differs by engine
     (``generation_weight_casts``): the suite's engine samples with the cache off, so only the one weight being
     multiplied has a transient bf16 cast (the largest: 2 x the LM head); TRL's trainers run each decoding forward
     in its own cached autocast region (accelerate wraps ``forward``), so the whole copy is there at its end.
@@ -51,6 +57,31 @@ Two kinds of terms:
 The peak is the static total plus the largest phase. The suite's engine keeps gradients from one step to the next
 (it zeroes them at the start of the update), so they count in every phase; TRL's Trainer frees them after each
 optimizer step, so for TRL methods every phase but the update carries a negative ``gradients_freed`` term.
+
+**Several GPUs** (``Layout``, ``layout_memory``; Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
+Training Trillion Parameter Models", arXiv:1910.02054, section 5). Every layout splits the rollout
+(prompts x G; DPO's pairs) over the N GPUs, each running micro-batches of the same size on its share:
+
+- ``dp``, plain data parallelism (DDP): every GPU holds every network as on one GPU (the precision policy above).
+- ``zero1`` / ``zero2`` / ``zero3``: DeepSpeed's mixed precision, which is how a DeepSpeed run holds a trained
+  network: under bf16 the module is cast to bf16 (2 bytes a parameter, no autocast casts), its gradients are bf16,
+  and the float32 master weights (4 bytes a trained parameter) live with AdamW's moments in the optimizer's
+  partition — 16 bytes a trained parameter, as on one GPU. ZeRO-1 shards the optimizer state and the master
+  weights over the N GPUs, ZeRO-2 the gradients too, ZeRO-3 the weights too, and then gathers the weights of the
+  module it computes in (one decoder layer, or the embedding / LM head) plus the next one prefetched: 2 x the
+  largest module (``gathered_weights``). Frozen networks (reference, reward model) are replicated below ZeRO-3
+  and sharded under it (TRL's ``prepare_deepspeed`` and DeepSpeed-Chat run them in a stage-0 engine below
+  stage 3). DeepSpeed keeps its gradient partitions between steps (no ``gradients_freed``), and the optimizer's
+  foreach buffer is the size of this GPU's partition. TRL's GRPO gathers the whole policy on every GPU to
+  generate under ZeRO-3 (``ds3_gather_for_generation``, default true): a generation term of the full bf16 actor.
+  The suite's engine runs DDP under a DeepSpeed config today, so for its methods these are what-if answers.
+- ``zero3_offload``: ZeRO-3 with the optimizer (master weights, moments, a float32 gradient partition) and the
+  weights offloaded to CPU memory (``offload_optimizer`` / ``offload_param``: cpu). The GPU keeps the gathered
+  modules and the per-phase terms; the offloaded bytes are reported as host memory, summed over the ranks.
+  ``Layout`` also takes optimizer offload alone (ZeRO-1 to 3).
+
+The per-phase terms keep the suite's policy (float32 residual stream, float32 K cache) under DeepSpeed too, an
+upper bound for bf16 modules; DeepSpeed's communication buckets and the CUDA context are not modelled.
 """
 
 from __future__ import annotations
@@ -200,6 +231,10 @@ class Settings:
     """LoRA rank (0: off, every weight trained)."""
     kl_beta: float = 0.04
     """KL coefficient; 0 loads no reference in the online methods."""
+    lora_critic: bool = True
+    """With LoRA: PPO's critic trains its own adapters and a value head (train.lora.critic); false: every weight."""
+    ds3_gather_for_generation: bool = True
+    """TRL GRPO under ZeRO-3 gathers the whole policy on every GPU to generate (GRPOConfig's flag of that name)."""
     gpu_memory_bytes: int = 80 * GIB
     """Memory of one GPU (bytes) for fits, the largest micro-batch and the GPU counts."""
 
@@ -230,7 +265,13 @@ class NetworkMemory:
     optimizer_bytes: int
     working_copy_bytes: int
     """bf16 casts of the linear weights that autocast caches while this network computes (0 unless trained under
-    bf16 autocast); counted in the phases it computes in, not in the static total."""
+    bf16 autocast; with LoRA the adapters' only, as a frozen base is not cached); counted in the phases it computes
+    in, not in the static total."""
+    frozen_layer_linears: int = 0
+    """Elements of one decoder layer's frozen linear weights in a trained LoRA network: their bf16 casts are saved
+    for backward in the update (``frozen_weight_casts``)."""
+    frozen_head: int = 0
+    """Elements of a trained LoRA network's frozen LM head (0 for the critic, whose value head is trained)."""
 
     @property
     def static_bytes(self) -> int:
@@ -263,6 +304,13 @@ class Prediction:
     """GPUs needed when each holds every network and a share of the rollout (None: never fits)."""
     gpus_zero3: int | None
     """GPUs needed with weights, gradients and optimizer state sharded (ZeRO-3); None: not within MAX_GPUS."""
+    gpus: dict[str, int | None] = field(default_factory=dict)
+    """Layout name (LAYOUTS: dp, zero1, zero2, zero3, zero3_offload) -> the fewest GPUs on which it fits (None:
+    never / not within MAX_GPUS)."""
+    gpus_memory: dict[str, "LayoutMemory | None"] = field(default_factory=dict)
+    """Layout name -> its per-GPU memory at that fewest count (None where it never fits)."""
+    layout: "LayoutMemory | None" = None
+    """The layout asked for (``predict(..., layout=Layout(...))``), or None."""
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -274,7 +322,9 @@ class Prediction:
             "peak_telemetry_phase": "update" if self.peak_phase == "optimizer_step" else self.peak_phase,
             "gpu_memory_bytes": self.settings.gpu_memory_bytes, "fits": self.fits,
             "max_micro_batch": self.max_micro_batch, "gpus_data_parallel": self.gpus_data_parallel,
-            "gpus_zero3": self.gpus_zero3,
+            "gpus_zero3": self.gpus_zero3, "gpus": self.gpus,
+            "gpus_memory": {k: (m.to_json() if m else None) for k, m in self.gpus_memory.items()},
+            "layout": self.layout.to_json() if self.layout else None,
             "networks": {role: {**asdict(n), "static_bytes": n.static_bytes} for role, n in self.networks.items()},
             "phases": self.phases, "activations_bytes": self.activations_bytes,
             "kv_cache_bytes": self.kv_cache_bytes, "logits_bytes": self.logits_bytes, "notes": self.notes,
@@ -300,34 +350,39 @@ def network_memory(shape: Shape, role: str, settings: Settings) -> NetworkMemory
     trained = role in TRAINED_ROLES
     storage = "float32" if trained else settings.dtype
     size = DTYPE_BYTES[storage]
-    lora = settings.lora_rank > 0
+    lora = settings.lora_rank > 0 and (role != "critic" or settings.lora_critic)
     if role in ("actor", "reference"):
         tensors = shape.lm_tensors()
     elif role == "critic":
         tensors = shape.backbone_tensors() + [shape.hidden, 1]  # value head weight (1 x h) and bias, float32
     else:  # reward: sequence classification, score row (1 x h), no bias
         tensors = shape.backbone_tensors() + [shape.hidden]
-    if role == "reference" and lora:
+    if role == "reference" and settings.lora_rank > 0:
         return NetworkMemory(role, False, storage, 0, 0, 0, 0, 0, 0)
     base = sum(tensors)
     if not trained:
         return NetworkMemory(role, False, storage, base, 0, base * size, 0, 0, 0)
+    autocast = settings.dtype != "float32"
+    frozen_layer = frozen_head = 0
     if lora:
         adapters, adapter_tensors = shape.lora_parameters(settings.lora_rank)
         head = [shape.hidden, 1] if role == "critic" else []  # the critic's value head is trained in full
         trainable, trainable_tensors = adapters + sum(head), adapter_tensors + len(head)
         params = base + adapters
+        # Autocast caches casts of weights that require grad only: the adapters. The frozen base is cast per use.
+        copies = 2 * adapters if autocast else 0
+        frozen_layer = sum(n_in * n_out for n_in, n_out in shape.layer_linears())
+        frozen_head = shape.vocab * shape.hidden if role == "actor" else 0
     else:
         trainable, trainable_tensors, params = base, len(tensors), base
-    # Under bf16 autocast a trained network's linear weights get a cached bf16 copy while it computes.
-    autocast = settings.dtype != "float32"
-    copies = 2 * (shape.linear_weights(lm_head=role == "actor")) if autocast else 0
+        # Under bf16 autocast a trained network's linear weights get a cached bf16 copy while it computes.
+        copies = 2 * (shape.linear_weights(lm_head=role == "actor")) if autocast else 0
     return NetworkMemory(
         role=role, trained=True, storage=storage, parameters=params, trainable_parameters=trainable,
         weights_bytes=params * size,
         gradients_bytes=trainable * size,
         optimizer_bytes=ADAM_MOMENTS * trainable * size + ADAM_STEP_BYTES * trainable_tensors,
-        working_copy_bytes=copies)
+        working_copy_bytes=copies, frozen_layer_linears=frozen_layer, frozen_head=frozen_head)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,31 +471,47 @@ def update_activations(shape: Shape, method: str, s: Settings, roles: tuple[str,
     return sum(activation_bytes(shape, compute, tokens, checkpointing, head) for r in roles if r in TRAINED_ROLES)
 
 
-def generation_weight_casts(shape: Shape, method: str, s: Settings, actor: NetworkMemory, sharded: int = 1) -> int:
+def generation_weight_casts(shape: Shape, method: str, s: Settings, actor: NetworkMemory) -> int:
     """bf16 weight casts alive at the generation peak, bytes (0 in float32).
 
     The suite's engine samples under autocast with its weight cache off (``Engine.sample``): each fp32 weight is
     cast when its matmul runs and freed after it, so at most one cast is alive, the largest linear (2 bytes x
     the LM head for an LM). TRL's trainers keep the cache within each decoding forward: the actor's whole working
-    copy (``actor.working_copy_bytes``, 1/N of it per GPU under ZeRO-3).
+    copy (``actor.working_copy_bytes``); with LoRA that is the adapters' casts, and the frozen base is cast per use
+    (one transient cast, the largest, on top).
     """
     if s.dtype == "float32":
         return 0
+    largest = DTYPE_BYTES["bfloat16"] * max([n_in * n_out for n_in, n_out in shape.layer_linears()]
+                                            + [shape.vocab * shape.hidden])
     if method in ENGINE_METHODS:
-        largest = max([n_in * n_out for n_in, n_out in shape.layer_linears()] + [shape.vocab * shape.hidden])
-        return DTYPE_BYTES["bfloat16"] * largest
-    return math.ceil(actor.working_copy_bytes / sharded)
+        return largest
+    return actor.working_copy_bytes + (largest if actor.frozen_layer_linears else 0)
 
 
-def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory],
-            share: int = 1, sharded: int = 1) -> dict[str, dict[str, int]]:
-    """Bytes each phase adds on top of the static total; ``share``: GPUs the rollout is split over; ``sharded``:
-    GPUs the weights are sharded over (ZeRO-3: each holds 1/N of the bf16 working copies too)."""
+def frozen_weight_casts(shape: Shape, s: Settings, nets: dict[str, NetworkMemory]) -> int:
+    """bf16 casts of frozen LoRA base weights that the update saves for backward, bytes (0 in float32).
+
+    A frozen weight's cast is not cached by autocast, but a matmul whose input needs a gradient saves it: every
+    decoder layer's without gradient checkpointing, one layer's (the one being rebuilt) with it, and the LM head.
+    """
+    if s.dtype == "float32":
+        return 0
+    layers = 1 if s.gradient_checkpointing else shape.layers
+    return sum(2 * (n.frozen_layer_linears * layers + n.frozen_head) for n in nets.values() if n.trained)
+
+
+def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], share: int = 1,
+            layout: "Layout | None" = None) -> dict[str, dict[str, int]]:
+    """Bytes each phase adds on top of the static total; ``share``: GPUs the rollout is split over; ``layout``: a
+    DeepSpeed layout (ZeRO stage >= 1), whose modules hold bf16 weights (no autocast casts), whose gradients stay
+    in their partitions between steps and whose optimizer steps on this GPU's partition (or on the CPU)."""
     compute = "float32" if s.dtype == "float32" else "bfloat16"
+    zero = layout is not None and layout.stage > 0
     # Each GPU runs micro-batches of the same size on its share of the step (fewer when the share is smaller).
     mb = min(s.micro_sequences(method), max(1, math.ceil(s.sequences_per_step(method) / share)))
     seq_len = s.prompt_tokens + s.completion_tokens
-    copies = {role: math.ceil(n.working_copy_bytes / sharded) for role, n in nets.items()}
+    copies = {role: 0 if zero else n.working_copy_bytes for role, n in nets.items()}
     phases: dict[str, dict[str, int]] = {}
     logit_positions = _logit_positions(method, s)
     if method != "dpo":
@@ -448,7 +519,12 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
         gen = {"kv_cache": kv_cache_bytes(shape, compute, rollout, seq_len),
                "sampling_logits": 3 * 4 * shape.vocab * rollout,
                "prefill_working": forward_working_bytes(shape, compute, rollout * s.prompt_tokens),
-               "actor_working_copy": generation_weight_casts(shape, method, s, nets["actor"], sharded)}
+               "actor_working_copy": 0 if zero else generation_weight_casts(shape, method, s, nets["actor"])}
+        if zero and layout.stage == 3 and method not in ENGINE_METHODS and s.ds3_gather_for_generation:
+            # TRL's unwrap_model_for_generation gathers every shard of the policy: the whole module minus this
+            # GPU's own shard (with the weights offloaded, the whole module).
+            actor = nets["actor"].parameters * DTYPE_BYTES[s.dtype]
+            gen["gathered_policy"] = actor - (0 if layout.offload_params else math.ceil(actor / layout.gpus))
         phases["generation"] = gen
         if "reward" in nets:
             phases["reward"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len)
@@ -462,16 +538,21 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
     update = {"activations": update_activations(shape, method, s, tuple(nets), mb, s.gradient_checkpointing),
               "logits": logit_bytes(shape, compute, mb, logit_positions, method, backward=True),
               "working_copies": sum(copies.values())}
+    if not zero and frozen_weight_casts(shape, s, nets):
+        update["frozen_weight_casts"] = frozen_weight_casts(shape, s, nets)
     phases["update"] = update
     # torch's AdamW on GPU defaults to the foreach implementation, whose step holds one parameter-sized buffer
     # (sqrt of exp_avg_sq) for all of an optimizer's parameters at once; the optimizers step one after another.
-    phases["optimizer_step"] = {"adamw_foreach_buffer": max(
-        (math.ceil(n.gradients_bytes / sharded) for n in nets.values() if n.trained), default=0)}
-    if method not in ENGINE_METHODS:  # TRL's Trainer frees gradients after each optimizer step (set_to_none)
+    # Under ZeRO it steps this GPU's float32 partition; offloaded, it steps on the CPU.
+    trained = [n.trainable_parameters * 4 if zero else n.gradients_bytes for n in nets.values() if n.trained]
+    parts = 0 if layout is not None and layout.offload_optimizer else (layout.gpus if zero else 1)
+    phases["optimizer_step"] = {"adamw_foreach_buffer": max((math.ceil(b / parts) for b in trained), default=0)
+                                if parts else 0}
+    if method not in ENGINE_METHODS and not zero:  # TRL's Trainer frees gradients after each step (set_to_none)
         grads = sum(n.gradients_bytes for n in nets.values())
         for name, terms in phases.items():
             if name not in ("update", "optimizer_step") and grads:
-                terms["gradients_freed"] = -math.ceil(grads / sharded)
+                terms["gradients_freed"] = -grads
     for terms in phases.values():
         terms["total"] = sum(terms.values())
     return phases
@@ -483,12 +564,147 @@ def _peak(static: int, phases: dict[str, dict[str, int]]) -> tuple[int, str]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Layouts over several GPUs
+
+
+LAYOUTS = ("dp", "zero1", "zero2", "zero3", "zero3_offload")
+"""The layouts every prediction answers a GPU count for (``Prediction.gpus``): plain data parallelism, ZeRO
+stages 1-3 and ZeRO-3 with optimizer and weights offloaded to the CPU (bench/accelerate/*.yaml ship each)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a run spreads over ``gpus`` GPUs: ZeRO ``stage`` (0: plain data parallelism) and what it offloads to CPU
+    memory. ValueError on a combination DeepSpeed does not run (the message names the fix)."""
+
+    stage: int = 0
+    """0 (plain DP: every GPU holds everything), 1 (optimizer state and master weights sharded), 2 (+ gradients),
+    3 (+ weights)."""
+    gpus: int = 1
+    """GPUs the run spreads over (>= 1)."""
+    offload_optimizer: bool = False
+    """Master weights, AdamW moments and a float32 gradient partition in CPU memory (ZeRO stage >= 1)."""
+    offload_params: bool = False
+    """The weights in CPU memory, gathered to the GPU per module (ZeRO-3 only)."""
+
+    def __post_init__(self) -> None:
+        if self.stage not in (0, 1, 2, 3):
+            raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.stage}")
+        if self.gpus < 1:
+            raise ValueError(f"the GPU count must be >= 1, got {self.gpus}")
+        if self.offload_optimizer and self.stage < 1:
+            raise ValueError("optimizer offload needs ZeRO stage 1, 2 or 3")
+        if self.offload_params and self.stage != 3:
+            raise ValueError("weight (parameter) offload needs ZeRO stage 3")
+
+    @property
+    def name(self) -> str:
+        """'dp', 'zero1'..'zero3', 'zero3_offload' (both offloaded) or 'zeroK_offload_optimizer'."""
+        if self.stage == 0:
+            return "dp"
+        if self.offload_params:
+            return f"zero{self.stage}_offload" if self.offload_optimizer else f"zero{self.stage}_offload_params"
+        return f"zero{self.stage}_offload_optimizer" if self.offload_optimizer else f"zero{self.stage}"
+
+    @classmethod
+    def named(cls, name: str, gpus: int = 1) -> "Layout":
+        """The layout of a LAYOUTS name on ``gpus`` GPUs."""
+        if name not in LAYOUTS:
+            raise ValueError(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}")
+        if name == "dp":
+            return cls(0, gpus)
+        offload = name.endswith("_offload")
+        return cls(int(name[4]), gpus, offload_optimizer=offload, offload_params=offload)
+
+
+@dataclass
+class LayoutMemory:
+    """Per-GPU memory of one method in one layout."""
+
+    layout: Layout
+    static: dict[str, int]
+    """Bytes resident on each GPU between steps: weights, gradients, master_weights, optimizer, gathered_weights
+    (ZeRO-3's working set of gathered modules) and their total."""
+    host_bytes: int
+    """CPU memory of the offloaded state, all ranks together (bytes; 0 without offload)."""
+    phases: dict[str, dict[str, int]]
+    """phase -> {term: bytes} on top of ``static['total']`` on one GPU; each has a 'total'."""
+    peak_bytes: int
+    peak_phase: str
+    fits: bool
+    max_micro_batch: int | None = None
+    """Largest micro-batch (sequences; DPO pairs) that fits this layout (0: none); None when not searched."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data (``Prediction.to_json``'s ``layout`` and ``gpus_memory``)."""
+        return {"layout": self.layout.name, **asdict(self.layout), "static": self.static,
+                "host_bytes": self.host_bytes, "host_bytes_per_gpu": math.ceil(self.host_bytes / self.layout.gpus),
+                "phases": self.phases, "peak_bytes": self.peak_bytes, "peak_phase": self.peak_phase,
+                "fits": self.fits, "max_micro_batch": self.max_micro_batch}
+
+
+def largest_module(shape: Shape) -> int:
+    """Elements of the largest module ZeRO-3 gathers at once: a decoder layer, or the embedding / LM head."""
+    return max(sum(shape.layer_tensors()), shape.vocab * shape.hidden)
+
+
+def layout_static(shape: Shape, s: Settings, nets: dict[str, NetworkMemory], layout: Layout) -> tuple[dict[str, int], int]:
+    """(bytes resident on each GPU by kind, bytes offloaded to CPU memory over all ranks) for ``layout``.
+
+    Plain DP: the networks as on one GPU (float32 storage of trained networks is their master copy). ZeRO: trained
+    modules in the spec's dtype with float32 master weights in the optimizer partition (module docstring).
+    """
+    n, stage = layout.gpus, layout.stage
+    terms = {"weights": 0, "gradients": 0, "master_weights": 0, "optimizer": 0, "gathered_weights": 0}
+    if stage == 0:
+        for net in nets.values():
+            terms["weights"] += net.weights_bytes
+            terms["gradients"] += net.gradients_bytes
+            terms["optimizer"] += net.optimizer_bytes
+        return {**terms, "total": sum(terms.values())}, 0
+    module = DTYPE_BYTES[s.dtype]
+    host = 0
+    for net in nets.values():
+        trained = net.trainable_parameters if net.trained else 0
+        weights = net.parameters * module if net.trained else net.weights_bytes
+        grads = trained * module
+        master = trained * 4 if module != 4 else 0  # fp32 modules are their own master copy
+        optim = net.optimizer_bytes
+        if layout.offload_params:
+            host += weights
+        else:
+            terms["weights"] += math.ceil(weights / n) if stage == 3 else weights
+        if layout.offload_optimizer:  # the step runs on the CPU over a float32 copy of the gradient partition
+            host += master + optim + 4 * trained
+            terms["gradients"] += grads if stage == 1 else 0  # from stage 2 the partitions go to the CPU
+        else:
+            terms["gradients"] += math.ceil(grads / n) if stage >= 2 else grads
+            terms["master_weights"] += math.ceil(master / n)
+            terms["optimizer"] += math.ceil(optim / n)
+    if stage == 3:  # the module computing and the next one, prefetched
+        terms["gathered_weights"] = 2 * largest_module(shape) * module
+    return {**terms, "total": sum(terms.values())}, host
+
+
+def layout_memory(shape: Shape | dict[str, Any], method: str, s: Settings, layout: Layout) -> LayoutMemory:
+    """Per-GPU memory of ``method`` spread over ``layout`` (the rollout split over its GPUs)."""
+    sh = shape if isinstance(shape, Shape) else Shape.from_fields(shape)
+    nets = {role: network_memory(sh, role, s) for role in roles_for(method, s)}
+    static, host = layout_static(sh, s, nets, layout)
+    phases = _phases(sh, method, s, nets, share=layout.gpus, layout=layout)
+    peak, phase = _peak(static["total"], phases)
+    return LayoutMemory(layout, static, host, phases, peak, phase, peak <= s.gpu_memory_bytes)
+
+
+# ----------------------------------------------------------------------------------------------
 # The prediction
 
 
 def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | None = None,
-            model: str = "custom") -> Prediction:
-    """Static bytes per network (exact), per-phase bytes, the peak and its phase, and what fits ``settings``'s GPU.
+            model: str = "custom", layout: Layout | None = None) -> Prediction:
+    """Static bytes per network (exact), per-phase bytes, the peak and its phase on one GPU, what fits
+    ``settings``'s GPU, the fewest GPUs of that size in every layout (LAYOUTS) and, when ``layout`` is given, the
+    per-GPU memory and largest micro-batch there.
 
     ``shape``: a Shape or config.json shape fields; ``method``: a key of METHOD_ROLES (ValueError otherwise).
     """
@@ -503,53 +719,62 @@ def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | Non
     acts = {"checkpointing": update_activations(sh, method, s, roles, mb, True),
             "no_checkpointing": update_activations(sh, method, s, roles, mb, False)}
     kv = phases.get("generation", {}).get("kv_cache", 0)
-    notes = ["static terms exact; per-phase terms approximate (no allocator cache, CUDA context or fragmentation)"]
-    if s.lora_rank and "critic" in nets:
-        notes.append("LoRA on the critic is modelled like the actor's; the suite engine does not run LoRA yet")
+    gpus = {name: gpus_for_layout(sh, method, s, name) for name in LAYOUTS}
+    at_count = {name: layout_memory(sh, method, s, Layout.named(name, n)) if n else None for name, n in gpus.items()}
+    asked = None
+    if layout is not None:
+        asked = layout_memory(sh, method, s, layout)
+        asked.max_micro_batch = max_micro_batch(sh, method, s, layout)
+    notes = ["static terms exact; per-phase terms approximate (no allocator cache, CUDA context or fragmentation)",
+             "ZeRO layouts: DeepSpeed's mixed precision (bf16 modules, fp32 master weights in the optimizer "
+             "partition); communication buckets not modelled"]
+    if method in ENGINE_METHODS:
+        notes.append("the suite's engine runs DDP under a DeepSpeed config today: its ZeRO answers are what a ZeRO "
+                     "run would hold")
+    elif method != "dpo" and s.ds3_gather_for_generation:
+        notes.append("under ZeRO-3 TRL's GRPO gathers the whole policy on every GPU to generate "
+                     "(ds3_gather_for_generation=false avoids it, generating slower)")
     return Prediction(
         method=method, model=model, parameters=sh.parameters(), settings=s, networks=nets, static_bytes=static,
         phases=phases, activations_bytes=acts, kv_cache_bytes=kv, logits_bytes=phases["update"]["logits"],
         peak_bytes=peak, peak_phase=peak_phase, fits=peak <= s.gpu_memory_bytes,
-        max_micro_batch=max_micro_batch(sh, method, s), gpus_data_parallel=gpus_data_parallel(sh, method, s),
-        gpus_zero3=gpus_zero3(sh, method, s), notes=notes)
+        max_micro_batch=max_micro_batch(sh, method, s), gpus_data_parallel=gpus["dp"],
+        gpus_zero3=gpus["zero3"], gpus=gpus, gpus_memory=at_count, layout=asked, notes=notes)
 
 
-def _peak_for(shape: Shape, method: str, s: Settings, share: int = 1, sharded: int = 1) -> int:
-    """Per-GPU peak with the rollout split over ``share`` GPUs and the static terms over ``sharded`` GPUs."""
-    nets = {role: network_memory(shape, role, s) for role in roles_for(method, s)}
-    static = sum(n.static_bytes for n in nets.values())
-    phases = _phases(shape, method, s, nets, share=share, sharded=sharded)
-    extra = max(p["total"] for p in phases.values())
-    if sharded > 1:  # ZeRO-3: each GPU keeps 1/N of the state and gathers one layer's full weights at a time
-        largest = max(network_memory(shape, r, s).weights_bytes for r in nets)
-        return math.ceil(static / sharded) + largest // max(1, shape.layers) + extra
-    return static + extra
-
-
-def max_micro_batch(shape: Shape, method: str, s: Settings) -> int:
-    """Largest micro-batch (sequences; DPO pairs) whose predicted peak fits ``s.gpu_memory_bytes`` (0: none)."""
+def max_micro_batch(shape: Shape, method: str, s: Settings, layout: Layout | None = None) -> int:
+    """Largest micro-batch (sequences; DPO pairs) whose predicted per-GPU peak fits ``s.gpu_memory_bytes`` in
+    ``layout`` (default: one GPU); 0: none."""
+    layout = layout or Layout()
     limit = s.sequences_per_step(method) // (2 if method == "dpo" else 1)
     best = 0
     lo, hi = 1, limit  # the peak grows with the micro-batch: binary search
     while lo <= hi:
         mid = (lo + hi) // 2
-        if _peak_for(shape, method, replace(s, micro_batch_size=mid)) <= s.gpu_memory_bytes:
+        if layout_memory(shape, method, replace(s, micro_batch_size=mid), layout).peak_bytes <= s.gpu_memory_bytes:
             best, lo = mid, mid + 1
         else:
             hi = mid - 1
     return best
 
 
+def gpus_for_layout(shape: Shape, method: str, s: Settings, name: str) -> int | None:
+    """Fewest GPUs on which ``method`` fits in layout ``name`` (LAYOUTS); None when none up to MAX_GPUS does (plain
+    DP stops at one sequence per GPU: past that nothing shrinks)."""
+    most = s.sequences_per_step(method) if name == "dp" else MAX_GPUS
+    return _smallest_count(lambda n: layout_memory(shape, method, s, Layout.named(name, n)).peak_bytes,
+                           s.gpu_memory_bytes, most)
+
+
 def gpus_data_parallel(shape: Shape, method: str, s: Settings) -> int | None:
     """GPUs needed under plain data parallelism: every GPU holds every network, the rollout and micro-batch are
     split. None when even one sequence per GPU does not fit (the static terms alone may exceed the GPU)."""
-    return _smallest_count(lambda n: _peak_for(shape, method, s, share=n), s.gpu_memory_bytes,
-                           s.sequences_per_step(method))
+    return gpus_for_layout(shape, method, s, "dp")
 
 
 def gpus_zero3(shape: Shape, method: str, s: Settings) -> int | None:
     """GPUs needed under ZeRO-3 (weights, gradients, optimizer state sharded; rollout split); None past MAX_GPUS."""
-    return _smallest_count(lambda n: _peak_for(shape, method, s, share=n, sharded=n), s.gpu_memory_bytes, MAX_GPUS)
+    return gpus_for_layout(shape, method, s, "zero3")
 
 
 def _smallest_count(peak_at: Any, limit: int, most: int) -> int | None:
@@ -560,7 +785,7 @@ def _smallest_count(peak_at: Any, limit: int, most: int) -> int | None:
     while hi < most and peak_at(hi) > limit:
         hi *= 2
     hi = min(hi, most)
-    if peak_at(hi) > limit:
+    if hi < 2 or peak_at(hi) > limit:
         return None
     lo = hi // 2 + 1 if hi > 2 else 2
     while lo < hi:
@@ -584,7 +809,7 @@ def settings_from_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB,
                     completion_tokens=spec.generation.max_new_tokens, group_size=t.group_size,
                     prompts_per_step=t.prompts_per_step, gradient_checkpointing=t.gradient_checkpointing,
                     lora_rank=t.lora.r if t.lora.enabled else 0, kl_beta=t.kl_beta if own is None else own,
-                    gpu_memory_bytes=gpu_memory_bytes)
+                    lora_critic=t.lora.critic, gpu_memory_bytes=gpu_memory_bytes)
 
 
 def shape_fields_from_spec(spec: Any) -> tuple[str, dict[str, Any]]:
