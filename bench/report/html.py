@@ -163,6 +163,10 @@ is under <a href="#networks">Networks resident while training</a>, decoding unde
 
 {{ table_section("Peak memory per phase", "phase_memory", phase_memory) }}
 
+{{ table_section("Memory per rank", "memory_per_rank", detail.memory_per_rank) }}
+
+{{ table_section("Generation backend", "generation_backend", detail.generation_backend) }}
+
 {% if scaling_tables %}
 <h2 id="scaling">Scaling (sweep)</h2>
 <p class="meta">{{ intro("scaling") }}</p>
@@ -286,7 +290,10 @@ def _toc(detail: dict[str, fmt.Table], figures: list[FigureInfo], has: dict[str,
                 ("networks", "Networks", bool(detail["networks"])),
                 ("throughput", "Throughput and time", bool(detail["throughput"])),
                 ("phases", "Time per phase", has["phases"]), ("phase_share", "Phase shares", has["phase_share"]),
-                ("phase_memory", "Memory per phase", has["phase_memory"]), ("scaling", "Scaling", has["scaling"]),
+                ("phase_memory", "Memory per phase", has["phase_memory"]),
+                ("memory_per_rank", "Memory per rank", bool(detail["memory_per_rank"])),
+                ("generation_backend", "Generation backend", bool(detail["generation_backend"])),
+                ("scaling", "Scaling", has["scaling"]),
                 ("stages", "Shared stages", has["stages"]),
                 ("lengths", "Max lengths", bool(detail["lengths"])), ("figures", "Figures", bool(figures)),
                 ("samples", "Samples", has["samples"]), ("notes", "Notes on sources", True),

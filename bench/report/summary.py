@@ -134,7 +134,7 @@ def intro(key: str) -> str:
     return INTROS.get(key) or tables.INTROS.get(key, "")
 
 
-KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation")
+KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation", "memory_per_rank", "generation_backend")
 """Detail tables placed by name; any other table tables.detail_tables adds is shown under its own key."""
 
 
@@ -222,6 +222,8 @@ def summary_markdown(suite: Suite) -> str:
     parts += _phase_section(suite)
     parts += md_table_section("Time per phase: shares", intro("phase_share"), overview.phase_share_table(suite))
     parts += md_table_section("Peak memory per phase", intro("phase_memory"), overview.phase_memory_table(suite))
+    parts += _md_section("Memory per rank", "memory_per_rank", detail["memory_per_rank"])
+    parts += _md_section("Generation backend", "generation_backend", detail["generation_backend"])
     parts += scaling_lines(suite)
     stages = tables.stage_rows(suite)
     if stages:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import stats
-from bench.report import anchors, dynamics, fmt, networks, seeds, settings, throughput
+from bench.report import anchors, dynamics, fmt, networks, ranks, seeds, settings, throughput
 from bench.report.load import Run, Suite, results_frame
 
 LOW_CHANGE = 0.5
@@ -29,9 +29,11 @@ updates were lost (e.g. rounded away in bfloat16 weights) or never applied."""
 def write_csv(suite: Suite, path: Path) -> Path:
     """Write results.csv: the results frame, one row per method run (stages are on the page, not in the CSV).
 
-    A value that was not measured is an empty cell, never 0.
+    A value that was not measured is an empty cell, never 0. Beside it, for a suite with a multi-process run,
+    memory_per_rank.csv (bench.report.ranks: one row per run, memory source and rank, in bytes).
     """
     text = results_frame(suite).to_csv(index=False, na_rep="", lineterminator="\n")
+    ranks.write_rank_csv(suite, Path(path).parent / ranks.CSV_FILE)
     return fmt.write_text_atomic(path, text)  # never a half-written (or 0-byte) results.csv
 
 
@@ -66,13 +68,21 @@ NOT_RECORDED = "n/a"
 """A setting the method does not have (not recorded), as opposed to a recorded empty value (the dash)."""
 
 
+UNRECORDED_MEANS = {"generation_backend": "transformers"}
+"""Settings only some recipes record, whose value for the others is known: only TRL's GRPO can generate with
+vLLM (baselines/grpo.py); every other method samples with transformers or not at all. A GRPO on vLLM is then
+a difference that "what differs" puts first, although the other methods show "n/a" (they recorded nothing)."""
+
+
 def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
     """The per-method settings as (header, rows): one row per setting key, one column per method label.
 
     Seeds of one method share their settings, so columns are labels, taken from the first run that recorded
     any. Keys whose value is the same for every method that records them are kept (they are what the preset
     declared) but sorted after the keys that really differ, so the eye lands on the differences first; a method
-    without the key shows "n/a". ``precision`` and ``generation`` have tables of their own and are left out; any
+    without the key shows "n/a". The parallel layout of a launched suite (``parallel.processes``,
+    ``parallel.strategy``, ...: bench.launch.parallel_settings) and the generation backend are settings like
+    any other, so a method that ran as one process, or generated with vLLM, is listed among the differences. ``precision`` and ``generation`` have tables of their own and are left out; any
     other nested setting is opened up into dotted keys (``optim.betas``), so no cell is a JSON blob.
     """
     per_label: dict[str, dict[str, Any]] = {}
@@ -90,7 +100,9 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
 
     def differs(key: str) -> bool:
         # A method that does not record a setting has no value to differ with (TRL's GRPO has no ppo_epochs):
-        # only the methods that recorded it are compared.
+        # only the methods that recorded it are compared, except for a key whose unrecorded value is known.
+        if key in UNRECORDED_MEANS:
+            return len({cell(lbl, key) if key in per_label[lbl] else UNRECORDED_MEANS[key] for lbl in labels}) > 1
         return len({cell(lbl, key) for lbl in labels if key in per_label[lbl]}) > 1
 
     keys.sort(key=lambda k: not differs(k))  # stable: keeps recorded order within each group
@@ -495,6 +507,11 @@ INTROS = {
                 "entropy, completion length, zero-variance groups, clip fraction, gradient norm; PPO's critic).",
     "monitors": "Reward-hacking and 'aha' monitors on the final evaluation's completions, per method.",
     "anchors": "Published numbers for this model, measured elsewhere under other conditions (external).",
+    "memory_per_rank": "Runs started as several processes (accelerate): each rank's own peak memory by source, "
+                       "the max over ranks (memory per device) and the sum, beside each run's parallel layout "
+                       "(memory_per_rank.csv has the same numbers in bytes).",
+    "generation_backend": "Who generated each method's completions during training; vLLM's preallocated memory "
+                          "(a setting) apart from the measured training memory.",
 }
 """One line under each section title, shared by summary.md and index.html."""
 
@@ -506,7 +523,8 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
     method against its start, the reward model's held-out accuracy, the control arm's check and the published
     anchors; then what training did (bench.report.dynamics: reward over-optimisation, training dynamics, the
     final evaluation's monitors). The between-method McNemar table is :func:`paired_tests_table` (placed by
-    the page beside these).
+    the page beside these). Issue 14 adds memory per rank and the generation backend (bench.report.ranks;
+    empty without a multi-process run / without vLLM), placed by the page beside the per-phase memory.
     """
     return {
         "seeds": seeds.across_seeds(suite),
@@ -523,4 +541,6 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
         "dynamics": dynamics.dynamics_table(suite),
         "monitors": dynamics.monitors_table(suite),
         "anchors": anchors.anchor_table(suite),
+        "memory_per_rank": ranks.rank_memory_table(suite),
+        "generation_backend": ranks.backend_table(suite),
     }
