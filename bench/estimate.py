@@ -1,12 +1,14 @@
 """`bench estimate`: does a method fit on my GPU, and at what micro-batch? Answered from the memory model alone.
 
     bench estimate --model qwen2.5-7b --method ppo --gpu-memory 80GiB micro_batch_size=4 --json
+    bench estimate --model qwen2.5-7b --method grpo --zero-stage 2 --gpus 8     # one layout: per-GPU peak, fits
 
 Prints, per network, weights, gradients, AdamW state and the bf16 working copies under the precision policy;
 per phase what a step adds (KV cache, activations, logits); the peak and its phase; whether it fits, the largest
-micro-batch that does, and the GPUs needed under plain data parallelism and under ZeRO-3. Settings default to
-the gsm8k-qwen0.5b preset's shapes (`bench.memory_model.Settings`). Imports no torch: it answers in well under
-a second.
+micro-batch that does, and the fewest GPUs needed under plain data parallelism, each ZeRO stage and ZeRO-3 with
+CPU offload (with the host memory the offload needs). ``--zero-stage`` / ``--gpus`` / ``--offload`` ask for one
+layout: its per-GPU memory, peak, whether it fits and its largest micro-batch. Settings default to the
+gsm8k-qwen0.5b preset's shapes (`bench.memory_model.Settings`). Imports no torch: it answers in well under a second.
 """
 
 from __future__ import annotations
@@ -21,10 +23,30 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bench.errors import UserError
-from bench.memory_model import GIB, METHOD_ROLES, Prediction, Settings, predict
+from bench.memory_model import GIB, LAYOUTS, MAX_GPUS, METHOD_ROLES, Layout, LayoutMemory, Prediction, Settings, predict
 
 ALL = "all"
 """--method value that compares every method side by side."""
+
+OFFLOADS = {"none": (False, False), "optimizer": (True, False), "all": (True, True)}
+"""--offload value -> (optimizer state to CPU, weights to CPU)."""
+
+LAYOUT_LABELS = {
+    "dp": "plain data parallel (DDP)",
+    "zero1": "ZeRO-1 (optimizer + master sharded)",
+    "zero2": "ZeRO-2 (+ gradients sharded)",
+    "zero3": "ZeRO-3 (+ weights sharded)",
+    "zero3_offload": "ZeRO-3 + CPU offload",
+}
+"""How the table names each layout of bench.memory_model.LAYOUTS."""
+
+NEVER = {
+    "zero1": "the whole weights and gradients every GPU keeps, plus one sequence's step, exceed one GPU",
+    "zero2": "the whole weights every GPU keeps, plus one sequence's step, exceed one GPU",
+    "zero3": f"not within {MAX_GPUS} GPUs: the gathered weights plus one sequence's step exceed one GPU",
+    "zero3_offload": f"not within {MAX_GPUS} GPUs: the gathered weights plus one sequence's step exceed one GPU",
+}
+"""Why a ZeRO layout never fits (the shards shrink with the GPU count; these parts do not)."""
 
 KEY_ALIASES = {
     "model.dtype": "dtype",
@@ -37,6 +59,7 @@ KEY_ALIASES = {
     "train.gradient_checkpointing": "gradient_checkpointing",
     "train.lora.r": "lora_rank",
     "train.kl_beta": "kl_beta",
+    "train.lora.critic": "lora_critic",
 }
 """Spec-style keys accepted for the Settings fields (so a preset's override reads the same here)."""
 
@@ -96,6 +119,22 @@ def _convert(name: str, raw: str, kind: type) -> Any:
     return value
 
 
+def parse_layout(stage: int | None, gpus: int | None, offload: str) -> Layout | None:
+    """The layout ``--zero-stage`` / ``--gpus`` / ``--offload`` ask for (None when none is given); UserError when
+    DeepSpeed cannot run it."""
+    if stage is None and gpus is None and offload == "none":
+        return None
+    if gpus is not None and not 1 <= gpus <= MAX_GPUS:
+        raise UserError(f"--gpus must be between 1 and {MAX_GPUS}, got {gpus}")
+    optimizer, weights = OFFLOADS[offload]
+    if stage is None:
+        stage = 3 if weights else 0  # weights offload exists only under ZeRO-3; optimizer offload names a stage
+    try:
+        return Layout(stage, gpus or 1, offload_optimizer=optimizer, offload_params=weights)
+    except ValueError as exc:
+        raise UserError(f"--zero-stage {stage} --offload {offload}: {exc}") from None
+
+
 def load_shape(model: str) -> dict[str, Any]:
     """Shape fields of a shipped architecture name, or of a config.json file or a folder holding one."""
     path = Path(model)
@@ -132,6 +171,13 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", required=True, help=f"{methods}, or '{ALL}' for every one side by side")
     parser.add_argument("--gpu-memory", default="80GiB", help="memory of one GPU (default 80GiB; e.g. 141GB, 24GiB)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), default=None,
+                        help="ask for one layout: DeepSpeed ZeRO stage (0: plain data parallelism)")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="ask for one layout: GPUs the run spreads over (default 1)")
+    parser.add_argument("--offload", choices=tuple(OFFLOADS), default="none",
+                        help="ask for one layout: offload the optimizer state (ZeRO >= 1) or it and the weights "
+                             "(all; ZeRO-3) to CPU memory")
     names = ", ".join(f.name for f in dataclasses.fields(Settings) if f.name != "gpu_memory_bytes")
     parser.add_argument("settings", nargs="*", metavar="key=value",
                         help=f"override the gsm8k-qwen0.5b preset's shapes: {names} (or the spec's keys, e.g. "
@@ -147,10 +193,11 @@ def run_estimate(args: argparse.Namespace) -> int:
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise UserError(f"unknown method '{method}'{hint}; use one of {', '.join(METHOD_ROLES)} or {ALL}")
     gpu_memory = parse_memory(args.gpu_memory)
+    layout = parse_layout(args.zero_stage, args.gpus, args.offload)
     fields = load_shape(args.model)
     settings = parse_settings(args.settings, gpu_memory)
     try:
-        predictions = [predict(fields, m, settings, model=args.model) for m in methods]
+        predictions = [predict(fields, m, settings, model=args.model, layout=layout) for m in methods]
     except (KeyError, TypeError, ZeroDivisionError) as exc:
         raise UserError(f"--model '{args.model}' lacks a shape field ({exc}); it needs hidden_size, "
                         f"intermediate_size, num_hidden_layers, num_attention_heads and vocab_size") from None
@@ -211,10 +258,53 @@ def format_prediction(p: Prediction) -> str:
               f"peak {size(p.peak_bytes)} in {p.peak_phase}; GPU {size(s.gpu_memory_bytes)}: "
               f"{'fits' if p.fits else 'does NOT fit'}",
               f"largest micro-batch that fits: {p.max_micro_batch or f'none ({why})'}",
-              f"GPUs needed: {p.gpus_data_parallel or f'never ({why})'} with plain data "
-              f"parallelism, {p.gpus_zero3 or 'more than 4096'} with ZeRO-3 sharding",
-              "static terms exact; the rest approximate (no CUDA context, allocator cache or fragmentation)"]
+              "", *format_gpu_counts(p, why)]
+    if p.layout is not None:
+        lines += ["", *format_layout(p.layout, s.gpu_memory_bytes)]
+    lines += ["", "static terms exact; the rest approximate (no CUDA context, allocator cache or fragmentation)",
+              *[f"note: {n}" for n in p.notes[1:]]]
     return "\n".join(lines)
+
+
+def format_gpu_counts(p: Prediction, why: str) -> list[str]:
+    """The fewest GPUs of the given size per layout, each with its per-GPU peak there (and host memory)."""
+    lines = [f"GPUs of {size(p.settings.gpu_memory_bytes)} needed (the rollout split over them; per-GPU peak there):"]
+    width = max(len(label) for label in LAYOUT_LABELS.values())
+    for name in LAYOUT_LABELS:
+        count, memory = p.gpus.get(name), p.gpus_memory.get(name)
+        if count is None or memory is None:
+            answer = f"never ({why})" if name == "dp" else f"never ({NEVER[name]})"
+        else:
+            answer = f"{count:>4}   peak {size(memory.peak_bytes)} in {memory.peak_phase}"
+            if memory.host_bytes:
+                answer += f"; host memory {size(memory.host_bytes)} over all ranks"
+        lines.append(f"  {LAYOUT_LABELS[name]:<{width}}  {answer}")
+    return lines
+
+
+def layout_title(layout: Layout) -> str:
+    """'ZeRO-2 on 8 GPUs', 'ZeRO-3 + CPU offload (optimizer, weights) on 4 GPUs', 'plain data parallel on 1 GPU'."""
+    what = "plain data parallel" if layout.stage == 0 else f"ZeRO-{layout.stage}"
+    offloaded = [w for w, on in (("optimizer", layout.offload_optimizer), ("weights", layout.offload_params)) if on]
+    if offloaded:
+        what += f" + CPU offload ({', '.join(offloaded)})"
+    return f"{what} on {layout.gpus} GPU{'s' if layout.gpus > 1 else ''}"
+
+
+def format_layout(m: LayoutMemory, gpu_memory: int) -> list[str]:
+    """The asked-for layout: what each GPU holds, what each phase adds, the peak, fits, largest micro-batch."""
+    held = ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in m.static.items() if k != "total" and v)
+    lines = [f"layout: {layout_title(m.layout)}",
+             f"  per GPU between steps: {size(m.static['total'])} ({held or 'nothing'})"]
+    for phase, terms in m.phases.items():
+        mark = "  <- peak" if phase == m.peak_phase else ""
+        lines.append(f"  {phase:<14} +{size(terms['total'])}{mark}")
+    lines.append(f"  peak per GPU {size(m.peak_bytes)} in {m.peak_phase}; GPU {size(gpu_memory)}: "
+                 f"{'fits' if m.fits else 'does NOT fit'}; largest micro-batch that fits: {m.max_micro_batch or 'none'}")
+    if m.host_bytes:
+        lines.append(f"  host (CPU) memory for the offloaded state: {size(m.host_bytes)} over all ranks "
+                     f"({size(m.host_bytes / m.layout.gpus)} per rank)")
+    return lines
 
 
 if __name__ == "__main__":  # python -m bench.estimate ... (the same as `bench estimate`)

@@ -746,7 +746,8 @@ def max_micro_batch(shape: Shape, method: str, s: Settings, layout: Layout | Non
     """Largest micro-batch (sequences; DPO pairs) whose predicted per-GPU peak fits ``s.gpu_memory_bytes`` in
     ``layout`` (default: one GPU); 0: none."""
     layout = layout or Layout()
-    limit = s.sequences_per_step(method) // (2 if method == "dpo" else 1)
+    # Past this GPU's share of the step a larger micro-batch changes nothing.
+    limit = max(1, math.ceil(s.sequences_per_step(method) / ((2 if method == "dpo" else 1) * layout.gpus)))
     best = 0
     lo, hi = 1, limit  # the peak grows with the micro-batch: binary search
     while lo <= hi:
