@@ -40,6 +40,7 @@ def preflight(spec: Spec, suite_dir: Path, notes: TextIO | None = None) -> list[
     folder behind. Returns notes on what the data check dropped (also written to ``notes``, default stderr).
     """
     check_device(spec)
+    check_generation_backend(spec)
     check_output_dir(suite_dir)
     check_free_space(spec, suite_dir)
     check_model_folder(spec)
@@ -65,6 +66,30 @@ def check_device(spec: Spec) -> None:
                              nvidia_smi_works())
     if problem:
         raise UserError(problem)
+
+
+def vllm_methods(spec: Spec) -> list[str]:
+    """Enabled methods whose recipe settings ask for vLLM generation (``generation_backend: vllm``)."""
+    return [name for name in spec.enabled_methods()
+            if getattr(spec.methods[name], "generation_backend", "transformers") == "vllm"]
+
+
+def check_generation_backend(spec: Spec, cuda_available: bool | None = None) -> None:
+    """generation_backend vllm with device auto on a machine without a usable GPU: the run would land on the CPU,
+    where vLLM cannot generate (device cpu itself is refused when the spec is loaded). ``cuda_available``: for
+    tests; default torch's answer."""
+    methods = vllm_methods(spec)
+    if not methods or spec.device != "auto":
+        return
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    if not cuda_available:
+        name = methods[0]
+        raise UserError(f"'methods.{name}.generation_backend' is 'vllm' but this machine has no CUDA GPU (device "
+                        f"auto resolves to cpu); vLLM generates on a GPU: run on a GPU machine or set "
+                        f"methods.{name}.generation_backend=transformers")
 
 
 def device_problem(preset: str, cuda_available: bool, torch_version: str, torch_cuda: str | None,
