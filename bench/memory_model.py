@@ -494,11 +494,18 @@ def frozen_weight_casts(shape: Shape, s: Settings, nets: dict[str, NetworkMemory
 
     A frozen weight's cast is not cached by autocast, but a matmul whose input needs a gradient saves it: every
     decoder layer's without gradient checkpointing, one layer's (the one being rebuilt) with it, and the LM head.
+    Without checkpointing the first layer's q, k and v read the frozen embedding's output, which needs no gradient,
+    so their casts are not saved (with it, the suite and TRL make that output require grad; measured on CPU with
+    peft in tests/test_memory_model.py).
     """
     if s.dtype == "float32":
         return 0
-    layers = 1 if s.gradient_checkpointing else shape.layers
-    return sum(2 * (n.frozen_layer_linears * layers + n.frozen_head) for n in nets.values() if n.trained)
+    if s.gradient_checkpointing:
+        per_net = lambda n: n.frozen_layer_linears + n.frozen_head  # noqa: E731
+    else:
+        first_qkv = shape.hidden * (shape.q_width + 2 * shape.kv_width)
+        per_net = lambda n: n.frozen_layer_linears * shape.layers - first_qkv + n.frozen_head  # noqa: E731
+    return sum(2 * per_net(n) for n in nets.values() if n.trained and n.frozen_layer_linears)
 
 
 def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], share: int = 1,

@@ -268,6 +268,45 @@ def test_lora_terms_equal_the_accounting_of_a_peft_model():
             m["weight_bytes"], m["grad_bytes"], m["optimizer_bytes"]), role
 
 
+def test_lora_frozen_weight_casts_equal_the_casts_a_peft_forward_saves_on_cpu():
+    """Without checkpointing a training forward saves the bf16 cast of every frozen linear whose input needs a
+    gradient (all but the first layer's q, k, v) and of the LM head; with it only the LM head's (the rebuilt
+    layer's casts are saved in the backward pass, which the prediction adds)."""
+    pytest.importorskip("peft")
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from bench.architectures import scaled_fields
+    from bench.memory_model import frozen_weight_casts, network_memory
+
+    name, scale = SCALED["qwen"]
+    shape = Shape.from_fields(scaled_fields(name, scale))
+    for checkpointing in (False, True):
+        model = build_random_model(architecture_config(name, scale), "float32", seed=0)
+        model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.0,
+                                                 task_type="CAUSAL_LM"))
+        model.train()
+        if checkpointing:  # as baselines.common.add_lora and TRL do
+            model.gradient_checkpointing_enable()
+            model.enable_input_require_grads()
+        frozen = {tuple(p.shape) for p in model.parameters() if not p.requires_grad and p.dim() == 2}
+        frozen |= {s[::-1] for s in frozen}  # a linear saves its weight's transpose
+        saved: dict[int, int] = {}
+
+        def pack(t):
+            if t.dtype == torch.bfloat16 and tuple(t.shape) in frozen:
+                saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        ids = torch.randint(5, 2000, (3, 37), generator=torch.Generator().manual_seed(0))  # 111 tokens: no clash
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
+            model(input_ids=ids, use_cache=False)
+        s = Settings(lora_rank=4, gradient_checkpointing=checkpointing)
+        predicted = frozen_weight_casts(shape, s, {"actor": network_memory(shape, "actor", s)})
+        rebuilt = 2 * sum(n_in * n_out for n_in, n_out in shape.layer_linears()) if checkpointing else 0
+        assert sum(saved.values()) == predicted - rebuilt, checkpointing
+
+
 # ------------------------------------------------------------------------------------------------ activations on CPU
 
 def _saved_activation_bytes(name: str, scale: ScaleSpec, dtype: str, checkpointing: bool, b: int = 4,
@@ -343,3 +382,150 @@ def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype):
         cache = model(input_ids=torch.randint(5, 2000, (3, 20)), use_cache=True).past_key_values
     held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     assert held == kv_cache_bytes(Shape.from_fields(scaled_fields(name, scale)), dtype, 3, 20)
+
+
+# ------------------------------------------------------------------------------------------------ layouts: ZeRO, LoRA
+
+def test_each_zero_stage_shards_what_it_should_on_a_small_ppo_step():
+    from bench.memory_model import Layout, layout_memory
+
+    # DeepSpeed's bf16 mixed precision on SMALL's PPO networks (see the first test for the element counts):
+    # actor 1736 parameters in 27 tensors: bf16 weights 3472, bf16 gradients 3472, fp32 master 6944, AdamW
+    # 2 x 1736 x 4 + 4 x 27 = 13996; critic 1489 in 28 tensors: 2978, 2978, 5956, 11912 + 112 = 12024; frozen
+    # reward 1488 x 2 = 2976 and reference 1736 x 2 = 3472. Two GPUs.
+    def static(stage, **offload):
+        m = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(stage, 2, **offload))
+        return m.static, m.host_bytes
+
+    replicated = 3472 + 2978 + 2976 + 3472  # every network's weights on every GPU below ZeRO-3
+    zero1, host = static(1)  # optimizer state and master weights halved, gradients whole
+    assert zero1 == {"weights": replicated, "gradients": 3472 + 2978, "master_weights": 3472 + 2978,
+                     "optimizer": 6998 + 6012, "gathered_weights": 0, "total": 38808} and host == 0
+    zero2, _ = static(2)  # + gradients halved
+    assert zero2["gradients"] == 1736 + 1489 and zero2["total"] == 38808 - 3225
+    zero3, _ = static(3)  # + every network's weights halved, frozen ones included, and two gathered modules:
+    # the largest is a decoder layer (608 elements) over the embedding / LM head (32 x 8 = 256), in bf16.
+    assert (zero3["weights"], zero3["gathered_weights"]) == (1736 + 1489 + 1488 + 1736, 2 * 608 * 2)
+    assert zero3["total"] == 6449 + 3225 + 6450 + 13010 + 2432 == 31566
+    offloaded, host = static(3, offload_optimizer=True, offload_params=True)
+    assert offloaded == {"weights": 0, "gradients": 0, "master_weights": 0, "optimizer": 0,
+                         "gathered_weights": 2432, "total": 2432}
+    # Host, all ranks: every network's bf16 weights + per trained network its master weights, AdamW state and a
+    # float32 gradient partition (4 + 12 + 4 bytes a trained parameter, plus the step tensors).
+    assert host == replicated + (6944 + 13996 + 6944) + (5956 + 12024 + 5956) == 64718
+    optimizer_only, host = static(2, offload_optimizer=True)
+    assert (optimizer_only["weights"], optimizer_only["gradients"], optimizer_only["optimizer"]) == (replicated, 0, 0)
+    assert host == 64718 - replicated
+
+
+def test_zero_phases_hold_no_autocast_casts_split_the_rollout_and_step_one_partition():
+    from bench.memory_model import Layout, layout_memory
+
+    m = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(2, 2))
+    # bf16 modules: nothing to cast. 4 sequences over 2 GPUs: 2 each, 8 tokens x 48 B of KV cache per token.
+    assert m.phases["generation"]["kv_cache"] == 2 * 8 * 48 and m.phases["generation"]["actor_working_copy"] == 0
+    assert m.phases["update"]["working_copies"] == 0 and m.phases["critic"]["critic_working_copy"] == 0
+    # AdamW's foreach buffer covers this GPU's fp32 partition of the larger optimizer: 1736 x 4 / 2.
+    assert m.phases["optimizer_step"]["adamw_foreach_buffer"] == 3472
+    assert layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(3, 2, True, True)).phases["optimizer_step"]["total"] == 0
+    # TRL's GRPO under ZeRO-3 gathers the whole bf16 policy to generate: 3472 less the 1736 it holds; DeepSpeed
+    # keeps its gradient partitions, so nothing is freed.
+    trl = layout_memory(SMALL, "grpo", SMALL_SETTINGS, Layout(3, 2)).phases
+    assert trl["generation"]["gathered_policy"] == 1736 and "gradients_freed" not in trl["generation"]
+    no_gather = replace(SMALL_SETTINGS, ds3_gather_for_generation=False)
+    assert "gathered_policy" not in layout_memory(SMALL, "grpo", no_gather, Layout(3, 2)).phases["generation"]
+    assert "gathered_policy" not in layout_memory(SMALL, "grpo_engine", SMALL_SETTINGS, Layout(3, 2)).phases[
+        "generation"]  # the engine gathers one module at a time
+
+
+def test_plain_dp_on_one_gpu_is_the_one_gpu_prediction_and_zero_costs_the_same_bytes_there():
+    from bench.memory_model import Layout, layout_memory
+
+    p = predict(SMALL, "ppo", SMALL_SETTINGS)
+    one = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout())
+    assert (one.static["total"], one.peak_bytes, one.peak_phase) == (p.static_bytes, p.peak_bytes, p.peak_phase)
+    # 16 bytes a trained parameter either way (fp32 weights + grads + moments, or bf16 weights + grads + fp32
+    # master + moments); the frozen networks as stored.
+    for stage in (1, 2):
+        assert layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(stage, 1)).static["total"] == p.static_bytes
+    assert layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(3, 1)).static["total"] == p.static_bytes + 2432
+
+
+def test_lora_trains_adapters_only_and_the_reference_costs_nothing():
+    # Rank 2 on every decoder linear: r x (in + out) = 2 x (16 + 12 + 12 + 16 + 24 + 24 + 24) = 256 a layer,
+    # 512 elements in 2 x 7 x 2 = 28 tensors.
+    lora = replace(SMALL_SETTINGS, lora_rank=2)
+    p = predict(SMALL, "ppo", lora)
+    actor, critic, ref = p.networks["actor"], p.networks["critic"], p.networks["reference"]
+    assert (actor.parameters, actor.trainable_parameters) == (1736 + 512, 512)
+    assert (actor.weights_bytes, actor.gradients_bytes, actor.optimizer_bytes) == (2248 * 4, 512 * 4, 4096 + 4 * 28)
+    assert (ref.parameters, ref.weights_bytes) == (0, 0)  # the actor's base with adapters off
+    # The critic: its own frozen backbone (1480) + adapters + a trained value head (8 + 1) in 30 tensors.
+    assert (critic.weights_bytes, critic.gradients_bytes, critic.optimizer_bytes) == (2001 * 4, 521 * 4, 4168 + 120)
+    assert p.networks["reward"].weights_bytes == 1488 * 2  # frozen as always
+    full_critic = predict(SMALL, "ppo", replace(lora, lora_critic=False)).networks["critic"]
+    assert (full_critic.weights_bytes, full_critic.optimizer_bytes) == (5956, 12024)
+    # Autocast caches the adapters' casts only (2 x 512 B each); the update saves a bf16 cast of every frozen
+    # linear whose input needs a gradient: without checkpointing both layers' (576 elements each) but the first
+    # layer's q, k, v (8 x (8 + 4 + 4) = 128: their input, the frozen embedding's, needs none) and the actor's
+    # LM head (256), 2 x (1152 - 128 + 256) + 2 x (1152 - 128); with it the rebuilt layer's: 2 x (576 + 256) +
+    # 2 x 576.
+    assert (actor.working_copy_bytes, critic.working_copy_bytes) == (1024, 1024)
+    assert p.phases["update"]["frozen_weight_casts"] == 2560 + 2048
+    checkpointed = predict(SMALL, "ppo", replace(lora, gradient_checkpointing=True))
+    assert checkpointed.phases["update"]["frozen_weight_casts"] == 1664 + 1152
+    # TRL generates with the adapters' cached casts plus one transient cast of the largest frozen weight.
+    assert predict(SMALL, "grpo", lora).phases["generation"]["actor_working_copy"] == 1024 + 512
+    assert "frozen_weight_casts" not in predict(SMALL, "ppo", replace(lora, dtype="float32")).phases["update"]
+
+
+def test_lora_under_zero_shards_the_adapters_state_and_keeps_no_reference():
+    from bench.memory_model import Layout, layout_memory
+
+    lora = replace(SMALL_SETTINGS, lora_rank=2)
+    m = layout_memory(SMALL, "grpo", lora, Layout(2, 2))
+    # bf16 modules: the actor's 2248 parameters x 2 B; the reference adds nothing; 512 trained parameters: bf16
+    # gradients / 2, fp32 master / 2, AdamW (4096 + 112) / 2.
+    assert m.static == {"weights": 4496, "gradients": 512, "master_weights": 1024, "optimizer": 2104,
+                        "gathered_weights": 0, "total": 8136}
+
+
+def test_more_gpus_never_need_more_memory_per_gpu():
+    from bench.memory_model import LAYOUTS, METHOD_ROLES, Layout, layout_memory
+
+    fields = architecture_fields("qwen2.5-7b")
+    for settings in (Settings(), Settings(lora_rank=32, gradient_checkpointing=False)):
+        for method in METHOD_ROLES:
+            for name in LAYOUTS:
+                counts = [*range(1, 40), 64, 100, 128, 256, 1024]
+                peaks = [layout_memory(fields, method, settings, Layout.named(name, n)).peak_bytes for n in counts]
+                assert all(b <= a for a, b in zip(peaks, peaks[1:])), (method, name, settings.lora_rank)
+
+
+def test_each_gpu_count_is_the_fewest_that_fits():
+    from bench.memory_model import LAYOUTS, Layout, layout_memory
+
+    fields = architecture_fields("qwen2.5-7b")
+    s = Settings()
+    p = predict(fields, "ppo", s)
+    assert set(p.gpus) == set(LAYOUTS) and p.gpus["dp"] is None and p.gpus["zero1"] is None
+    assert (p.gpus_data_parallel, p.gpus_zero3) == (p.gpus["dp"], p.gpus["zero3"])
+    for name in ("zero2", "zero3", "zero3_offload"):
+        n = p.gpus[name]
+        assert layout_memory(fields, "ppo", s, Layout.named(name, n)).fits, name
+        assert n == 1 or not layout_memory(fields, "ppo", s, Layout.named(name, n - 1)).fits, name
+        assert p.gpus_memory[name].layout.gpus == n
+    assert p.gpus["zero2"] > p.gpus["zero3"] >= p.gpus["zero3_offload"]
+    assert p.gpus_memory["zero3_offload"].host_bytes > p.static_bytes / 2  # the offloaded state is on the host
+
+
+def test_an_impossible_layout_is_refused():
+    from bench.memory_model import Layout
+
+    for kwargs, words in [({"stage": 4}, "stage must be 0, 1, 2 or 3"), ({"gpus": 0}, "must be >= 1"),
+                          ({"offload_optimizer": True}, "needs ZeRO stage 1, 2 or 3"),
+                          ({"stage": 2, "offload_params": True}, "needs ZeRO stage 3")]:
+        with pytest.raises(ValueError, match=words):
+            Layout(**kwargs)
+    with pytest.raises(ValueError, match="unknown layout"):
+        Layout.named("zero4")
