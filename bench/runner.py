@@ -39,7 +39,7 @@ from bench.results import (RESULT_FILE, cap_text, empty_result, file_hash, incom
                            read_result, write_json_atomic)
 from bench.spec import Spec
 from bench.sweep import job_spec, job_sweep
-from bench.worker import MESSAGE_LIMIT, OUT_OF_MEMORY, PARENT_ENV, PROGRESS_PREFIX, RUN_FILE
+from bench.worker import MESSAGE_LIMIT, OUT_OF_MEMORY, PARENT_ENV, PHASE_PREFIX, PROGRESS_PREFIX, RUN_FILE
 
 SUITE_FILE = "suite.json"
 LOCK_FILE = ".lock"
@@ -53,6 +53,9 @@ SKIPPED = "PrerequisiteFailed"
 """error.type of a run not started because a stage it reads did not finish."""
 STAGE_OOM = "ran out of memory"
 """How a skip's message ends when every stage it needed ran out of memory at a sweep point (an expected skip)."""
+KILLED_FROM_OUTSIDE = "SIGKILL"
+"""error.exception of a run whose worker died from a SIGKILL the runner did not send: on Linux that is the OOM killer
+(host memory ran out), recorded as error type OUT_OF_MEMORY (:func:`killed_from_outside`)."""
 
 
 def default_out_dir(spec: Spec, reports_dir: Path) -> Path:
@@ -106,6 +109,8 @@ class Progress:
         self.prefix = f"[{index}/{total}] {run.run_id}"
         self.started = time.monotonic()
         self.last_print, self.last_fraction = 0.0, -1.0
+        self.last_phase: str | None = None
+        """The last phase the worker said it entered (bench.worker.PHASE_PREFIX lines); None before any."""
         self._write(f"{self.prefix}: {run.label} ...", final=not inplace)
 
     def update(self, step: int, total: int, metrics: dict[str, float]) -> None:
@@ -273,7 +278,9 @@ def _relay_output(process: subprocess.Popen, progress: Progress, log: TextIO) ->
     """Progress lines to the display, everything else to worker.log, until the worker closes its stdout."""
     assert process.stdout is not None
     for line in process.stdout:
-        if line.startswith(PROGRESS_PREFIX):
+        if line.startswith(PHASE_PREFIX):
+            progress.last_phase = line[len(PHASE_PREFIX):].strip() or None
+        elif line.startswith(PROGRESS_PREFIX):
             try:
                 data = json.loads(line[len(PROGRESS_PREFIX):])
                 progress.update(data["step"], data["total"], data.get("metrics", {}))
@@ -323,11 +330,13 @@ def _stop_group(process: subprocess.Popen) -> None:
 
 
 def record_failure(run_dir: Path, run: PlannedRun, spec: Spec, error_type: str, message: str,
-                   inputs: str | None = None) -> None:
-    """A failed result for a run that could not write its own (killed, interrupted, or a prerequisite failed)."""
+                   inputs: str | None = None, **error: Any) -> None:
+    """A failed result for a run that could not write its own (killed, interrupted, or a prerequisite failed);
+    ``error`` adds fields to ``result["error"]`` (an out-of-memory's ``phase``, ``exception``, ``memory``)."""
     result = empty_result(run.run_id, run.kind, run.name, run.label, run.engine, run.seed)
     result["status"] = "failed"
-    result["error"] = {"type": error_type, "message": cap_text(message, MESSAGE_LIMIT), "memory_at_failure": None}
+    result["error"] = {"type": error_type, "message": cap_text(message, MESSAGE_LIMIT), "memory_at_failure": None,
+                       **error}
     result["inputs_hash"] = inputs
     result["spec"] = job_spec(spec, run)
     if run.point is not None:
@@ -640,6 +649,10 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
         if reason is None:
             progress.finish("already complete, skipped (--resume)")
             return
+        if reason.startswith("status ") and _finished_out_of_memory(run_dir, inputs):
+            progress.finish("out of memory at this sweep point, kept (--resume does not re-run it; delete its "
+                            "result.json to try again)")
+            return
         if reason != "no result" and not reason.startswith("status "):
             progress.note(f"re-running: {reason}")
     (run_dir / RESULT_FILE).unlink(missing_ok=True)
@@ -669,11 +682,34 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
             record_failure(run_dir, run, spec, INTERRUPTED, f"the suite was interrupted ({stopper.signal_name}) "
                            f"and the worker stopped (exit status {status}) before writing a result; --resume "
                            f"re-runs it", inputs)
+        elif command is None and killed_from_outside(status):
+            phase = progress.last_phase
+            record_failure(run_dir, run, spec, OUT_OF_MEMORY,
+                           f"host memory: the worker was killed by SIGKILL, which the runner did not send (on Linux "
+                           f"the kernel's OOM killer does that when host memory runs out), in phase "
+                           f"{phase or 'unknown (it reported none)'}; log: {_log_tail(run_dir)}", inputs,
+                           phase=phase, exception=KILLED_FROM_OUTSIDE, memory="host")
         else:
             record_failure(run_dir, run, spec, "WorkerDied",
                            f"the worker exited with status {status} without a result (killed, or out of memory?); "
                            f"log: {_log_tail(run_dir)}", inputs)
     progress.finish(_outcome_line(read_result(run_dir)))
+
+
+def killed_from_outside(status: int) -> bool:
+    """A one-process worker's exit status says SIGKILL (Popen: -9). The runner sends SIGKILL only after a stop
+    request (:class:`Stopper`) or while failing itself (:func:`_stop_group`), so otherwise someone else sent it:
+    the Linux OOM killer, which picks the process using most memory (or a person with kill -9)."""
+    return status == -signal.SIGKILL
+
+
+def _finished_out_of_memory(run_dir: Path, inputs: str | None) -> bool:
+    """The well-formed failed result in ``run_dir`` is an out-of-memory at a sweep point (:func:`run_verdict`
+    'oom') made from the current stage outputs: a finding of the sweep, which --resume keeps like an ok result."""
+    result = read_result(run_dir)
+    if result is None or (inputs is not None and result.get("inputs_hash") != inputs):
+        return False
+    return run_verdict(run_dir)[0] == "oom"
 
 
 def _outcome_line(result: dict[str, Any] | None) -> str:

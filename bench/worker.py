@@ -27,6 +27,9 @@ from typing import Any, Iterator
 from bench.results import cap_text, empty_result, read_result, result_problems, write_json_atomic
 
 PROGRESS_PREFIX = "@@progress "
+PHASE_PREFIX = "@@phase "
+"""A line naming the phase the worker just entered: the runner keeps the last one, so that a worker killed from
+outside (the Linux OOM killer sends SIGKILL, which leaves no result) is recorded with the phase it was in."""
 RUN_FILE = "run.json"
 EVAL_FILE = "completions.jsonl"
 """Every evaluation completion with its verdicts, one JSON line per test question (bench.evaluation.completion_record)."""
@@ -65,6 +68,23 @@ def emit_progress(step: int, total: int, metrics: dict[str, float]) -> None:
         print(PROGRESS_PREFIX + json.dumps({"step": step, "total": total, "metrics": shown}), flush=True)
     except OSError:  # the runner is gone (broken pipe): the parent-death signal, not this, ends the run
         pass
+
+
+def announce_phases(telemetry: Any) -> None:
+    """Print a PHASE_PREFIX line whenever a different phase opens (re-opening the same one prints nothing)."""
+    original = telemetry.begin_phase
+    last: list[str | None] = [None]
+
+    def begin_phase(name: str) -> None:
+        if name != last[0]:
+            last[0] = name
+            try:
+                print(PHASE_PREFIX + name, flush=True)
+            except OSError:  # the runner is gone: the parent-death signal ends the run
+                pass
+        original(name)
+
+    telemetry.begin_phase = begin_phase
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -346,6 +366,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     result["data_checks"] = checks  # the held-out split's overlap checks (0 expected), recorded for every run
     telemetry = build_telemetry(spec, job["kind"])
     live["telemetry"] = telemetry  # its readings describe a failure too
+    announce_phases(telemetry)  # the runner records the last phase of a worker killed from outside
     if job.get("sweep"):  # a sweep point: its prediction (before training, so a failure keeps it), the OOM hook
         from bench.sweep import prepare_point
 

@@ -332,3 +332,78 @@ def test_a_lock_is_exclusive_within_one_process_too(tmp_path: Path) -> None:
     second.acquire(io.StringIO())  # free again
     second.release()
     assert not (tmp_path / ".lock").exists()
+
+
+# -- a worker killed from outside (the Linux OOM killer) -------------------------------------------------------
+SELF_KILL = ("import os, signal, sys\n"
+             "print('@@phase generation', flush=True)\n"
+             "print('@@phase update', flush=True)\n"
+             "print('allocating', file=sys.stderr, flush=True)\n"
+             "os.kill(os.getpid(), signal.SIGKILL)\n")
+"""A stand-in worker that reports two phases, then dies as the OOM killer's victim does: SIGKILL, no result."""
+
+
+def _run_dying_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str,
+                      requested: bool = False) -> dict[str, Any]:
+    """execute_run for one method run whose worker (the real launch_worker, running ``script``) dies; its result."""
+    import bench.runner
+    from bench.plan import PlannedRun
+    from bench.spec import load_spec
+
+    real = bench.runner.launch_worker
+
+    def launch(run_dir: Path, progress: Any, env: Any = None, stopper: Any = None) -> int:
+        return real(run_dir, progress, env, stopper, command=[sys.executable, "-c", script])
+
+    monkeypatch.setattr(bench.runner, "launch_worker", launch)
+    stopper = bench.runner.Stopper(io.StringIO())
+    if requested:
+        stopper.requested.set()
+        stopper.signal_name = "SIGINT"
+    run = PlannedRun("grpo_engine-s0", "grpo_engine", "method", 0, "GRPO (suite engine)", "suite")
+    progress = bench.runner.Progress(io.StringIO(), __import__("threading").Lock(), False, 1, 1, run)
+    bench.runner.execute_run(load_spec("cpu-quick"), tmp_path, run, False, None, dict(os.environ), progress,
+                             stopper)
+    return json.loads((tmp_path / "runs" / "grpo_engine-s0" / "result.json").read_text())
+
+
+def test_a_worker_killed_by_sigkill_from_outside_is_out_of_host_memory_in_its_last_phase(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.results import result_problems
+    from bench.runner import run_verdict
+
+    result = _run_dying_worker(tmp_path, monkeypatch, SELF_KILL)
+    error = result["error"]
+    assert result["status"] == "failed" and not result_problems(result)
+    assert (error["type"], error["phase"], error["exception"], error["memory"]) == ("OutOfMemory", "update",
+                                                                                    "SIGKILL", "host")
+    assert error["message"].startswith("host memory: the worker was killed by SIGKILL, which the runner did not "
+                                       "send") and "in phase update" in error["message"]
+    assert "allocating" in error["message"]  # the log's tail
+    # Outside a sweep it is a failure like any other out-of-memory (a sweep point would make it 'oom').
+    assert run_verdict(tmp_path / "runs" / "grpo_engine-s0")[0] == "failed"
+
+
+@pytest.mark.parametrize("script, requested, kind", [
+    ("import sys; sys.exit(3)", False, "WorkerDied"),  # died on its own, not from a signal
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", True, "Interrupted"),  # the runner's own kill
+])
+def test_other_deaths_are_not_called_out_of_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str,
+                                                   requested: bool, kind: str) -> None:
+    result = _run_dying_worker(tmp_path, monkeypatch, script, requested)
+    assert result["error"]["type"] == kind, result["error"]
+
+
+def test_a_phase_line_is_printed_when_a_different_phase_opens(capsys: pytest.CaptureFixture) -> None:
+    from bench.telemetry import Telemetry
+    from bench.worker import PHASE_PREFIX, announce_phases
+
+    telemetry = Telemetry("cpu", interval_s=0.01)
+    announce_phases(telemetry)
+    with telemetry:
+        for name in ("generation", "generation", "reference", "update"):
+            with telemetry.phase(name):
+                pass
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(PHASE_PREFIX)]
+    assert lines == [PHASE_PREFIX + name for name in ("generation", "reference", "update")]
+    assert set(telemetry.summary()["phases"]) >= {"generation", "reference", "update"}  # the phases still count

@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +277,48 @@ def test_a_tiny_sweep_records_the_oom_with_its_phase_goes_on_and_draws_the_rest(
     assert "scaling_time_group_size.png" in drawn and "scaling_memory.png" in drawn
     rows = scaling_tables(load_suite(suite))[0].rows
     assert ["G4", "PPO (verifier reward)", "OOM in update"] == rows[-1][:3]
+
+
+def test_resume_keeps_a_sweep_point_recorded_as_out_of_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An OOM at a sweep point is a finding: --resume does not run it again (an ordinary failure it does re-run),
+    unless a stage it read was re-run since."""
+    import bench.report
+    import bench.runner
+    from bench.worker import RUN_FILE
+
+    launched: list[str] = []
+    oom_at = {"ppo_verifier-s0@G4"}
+
+    def worker(run_dir: Path, progress: Any, env: Any = None, stopper: Any = None) -> int:
+        job = json.loads((run_dir / RUN_FILE).read_text())
+        launched.append(job["run_id"])
+        result = empty_result(job["run_id"], job["kind"], job["name"], job["label"], job["engine"], job["seed"])
+        result.update(status="ok", started_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T00:00:01+00:00",
+                      inputs_hash=job["inputs_hash"], sweep=job["sweep"])
+        result["throughput"].update(wall_s=time.perf_counter(), steps=2)  # no two results are the same file
+        if job["run_id"] in oom_at:
+            result.update(status="failed", error={"type": "OutOfMemory", "message": "out of memory",
+                                                  "memory_at_failure": None, "phase": "update"})
+        write_json_atomic(run_dir / "result.json", result)
+        return 0 if result["status"] == "ok" else 1
+
+    monkeypatch.setattr(bench.runner, "launch_worker", worker)
+    monkeypatch.setattr(bench.report, "build_report", lambda d: Path(d) / "index.html")
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(yaml.safe_dump({**TINY_SWEEP, "sweep": {**TINY_SWEEP["sweep"], "inject_oom": {}}}))
+    spec, suite = load_spec(preset), tmp_path / "suite"
+    assert bench.runner.run_suite(spec, suite, stream=io.StringIO()).exit_code == 0
+    assert "ppo_verifier-s0@G4" in launched
+    launched.clear()
+    console = io.StringIO()
+    outcome = bench.runner.run_suite(spec, suite, resume=True, stream=console)
+    assert launched == [] and outcome.exit_code == 0, console.getvalue()
+    assert "ppo_verifier-s0@G4: out of memory at this sweep point, kept (--resume does not re-run it" in \
+        console.getvalue()
+    assert "1 sweep run(s) out of memory" in outcome.summary
+    # A failure that is not an out-of-memory is re-run; so is the OOM point once the stage it read has changed.
+    oom_at.clear()
+    stage = next(p for p in (suite / "runs").iterdir() if p.name.startswith("warm_start"))
+    (stage / "result.json").unlink()
+    bench.runner.run_suite(spec, suite, resume=True, stream=io.StringIO())
+    assert stage.name in launched and "ppo_verifier-s0@G4" in launched
