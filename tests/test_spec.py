@@ -141,3 +141,20 @@ def test_cli_presets_lists_each_with_a_line() -> None:
     lines = proc.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == preset_names()
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)
+
+
+def test_generation_backend_keys_are_off_in_every_shipped_preset_and_survive_the_worker_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM is never required: no shipped preset asks for it. A spec that does keeps its keys through to_dict /
+    load_spec_dict (how the worker gets its spec), typed."""
+    import baselines.grpo as grpo
+    from bench.spec import load_spec_dict
+
+    for name in preset_names():
+        assert load_spec(name).methods["grpo"].generation_backend == "transformers", name
+    monkeypatch.setattr(grpo, "vllm_installed", lambda: True)
+    spec = load_spec("cpu-quick", ["device=cuda", "methods.grpo.generation_backend=vllm",
+                                   "methods.grpo.vllm_gpu_memory_utilization=1"])
+    copy = load_spec_dict(spec.to_dict()).methods["grpo"]
+    assert (copy.generation_backend, copy.vllm_gpu_memory_utilization) == ("vllm", 1.0)
+    assert isinstance(copy.vllm_gpu_memory_utilization, float)
