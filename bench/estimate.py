@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bench.errors import UserError
-from bench.memory_model import GIB, LAYOUTS, MAX_GPUS, METHOD_ROLES, Layout, LayoutMemory, Prediction, Settings, predict
+from bench.memory_model import GIB, MAX_GPUS, METHOD_ROLES, Layout, LayoutMemory, Prediction, Settings, predict
 
 ALL = "all"
 """--method value that compares every method side by side."""
@@ -300,7 +300,8 @@ def format_layout(m: LayoutMemory, gpu_memory: int) -> list[str]:
         mark = "  <- peak" if phase == m.peak_phase else ""
         lines.append(f"  {phase:<14} +{size(terms['total'])}{mark}")
     lines.append(f"  peak per GPU {size(m.peak_bytes)} in {m.peak_phase}; GPU {size(gpu_memory)}: "
-                 f"{'fits' if m.fits else 'does NOT fit'}; largest micro-batch that fits: {m.max_micro_batch or 'none'}")
+                 f"{'fits' if m.fits else 'does NOT fit'}; largest micro-batch that fits: "
+                 f"{m.max_micro_batch or 'none'}")
     if m.host_bytes:
         lines.append(f"  host (CPU) memory for the offloaded state: {size(m.host_bytes)} over all ranks "
                      f"({size(m.host_bytes / m.layout.gpus)} per rank)")

@@ -655,7 +655,8 @@ def largest_module(shape: Shape) -> int:
     return max(sum(shape.layer_tensors()), shape.vocab * shape.hidden)
 
 
-def layout_static(shape: Shape, s: Settings, nets: dict[str, NetworkMemory], layout: Layout) -> tuple[dict[str, int], int]:
+def layout_static(shape: Shape, s: Settings, nets: dict[str, NetworkMemory],
+                  layout: Layout) -> tuple[dict[str, int], int]:
     """(bytes resident on each GPU by kind, bytes offloaded to CPU memory over all ranks) for ``layout``.
 
     Plain DP: the networks as on one GPU (float32 storage of trained networks is their master copy). ZeRO: trained
