@@ -235,6 +235,8 @@ def format_prediction(p: Prediction) -> str:
     rows = [header]
     for n in p.networks.values():
         stored = f"{n.storage}{' (frozen)' if not n.trained else ''}"
+        if n.role == "reference" and p.settings.lora_rank and not n.parameters:
+            stored = "actor's base, adapters off"  # no weights of its own
         rows.append((n.role, stored, f"{n.parameters / 1e9:.3f}B", size(n.weights_bytes), size(n.gradients_bytes),
                      size(n.optimizer_bytes), size(n.static_bytes), size(n.working_copy_bytes)))
     rows.append(("total", "", "", size(sum(n.weights_bytes for n in p.networks.values())),

@@ -175,3 +175,5 @@ def test_lora_drops_the_reference_and_most_gpus(capsys):
     full, lora = json.loads(full), json.loads(lora)
     assert lora["networks"]["reference"]["weights_bytes"] == 0 < full["networks"]["reference"]["weights_bytes"]
     assert lora["gpus"]["zero3"] < full["gpus"]["zero3"]
+    _, table, _ = run(capsys, "--model", "llama-3.1-70b", "--method", "dpo", "train.lora.r=32")
+    assert "reference  actor's base, adapters off" in table
