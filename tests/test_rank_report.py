@@ -150,3 +150,15 @@ def test_rank_columns_follow_the_widest_run(tmp_path: Path, n: int) -> None:
     engine = next(row for row in table.rows if row[0] == "GRPO (suite engine)")
     assert engine[2 + 2:2 + n] == ["—"] * (n - 2)  # its missing third rank: a dash, not a reading
     assert engine[-1] == "200.0 MiB (cpu-rss)"
+
+
+def test_the_engine_under_a_zero_config_says_what_ran_and_what_was_asked(tmp_path: Path) -> None:
+    suite_dir = write_suite(tmp_path, methods=("grpo_engine",))
+
+    def asked_zero3(result: dict[str, Any]) -> None:
+        _launched({"cuda-allocated": [GIB, GIB]}, backend="nccl")(result)
+        result["settings"]["parallel"]["config_strategy"] = "deepspeed-zero3"
+
+    _edit(suite_dir, "grpo_engine-s0", asked_zero3)
+    row = ranks.rank_memory_table(load_suite(suite_dir)).rows[0]
+    assert row[1] == "accelerate · ddp (config asks deepspeed-zero3) · 2 processes (nccl)"

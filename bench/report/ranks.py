@@ -118,6 +118,9 @@ def layout(run: Run) -> dict[str, Any]:
                    if ds.get(key) not in (None, "none")]
         if offload:
             strategy += f" (offload {', '.join(offload)})"
+    asked = parallel.get("config_strategy")
+    if strategy and asked and asked != strategy:  # the suite engine runs DDP under a ZeRO config
+        strategy += f" (config asks {asked})"
     return {"launcher": parallel.get("launcher") or launcher_env.get("name") or ("none" if n == 1 else None),
             "strategy": strategy, "processes": n,
             "backend": parallel.get("backend") or launcher_env.get("backend")}
@@ -196,8 +199,8 @@ def rank_memory_table(suite: Suite) -> fmt.Table:
              "e.g. TRL's DPO) is its rank 0 alone. 'not measured': no reading (a GPU counter of a CPU run is "
              "never shown as 0); the max and sum are then not measured either."]
     if any(r["source"] == CPU_SOURCE for r in rows_raw):
-        notes.append("cpu-rss: each rank's resident set (its own process tree); on one machine the ranks share the "
-                     "RAM, so the sum is what the machine held at most.")
+        notes.append("cpu-rss: each rank's resident set (its own process tree, the Python runtime included); ranks "
+                     "on one machine share its RAM, so their sum bounds what the machine held for the run.")
     if vllm_runs(suite):
         notes.append("Runs that generated with vLLM (colocate mode): every reading of the training process "
                      "includes vLLM's preallocation; see Generation backend.")

@@ -82,8 +82,9 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
     declared) but sorted after the keys that really differ, so the eye lands on the differences first; a method
     without the key shows "n/a". The parallel layout of a launched suite (``parallel.processes``,
     ``parallel.strategy``, ...: bench.launch.parallel_settings) and the generation backend are settings like
-    any other, so a method that ran as one process, or generated with vLLM, is listed among the differences. ``precision`` and ``generation`` have tables of their own and are left out; any
-    other nested setting is opened up into dotted keys (``optim.betas``), so no cell is a JSON blob.
+    any other, so a method that ran as one process, or generated with vLLM, is listed among the differences.
+    ``precision`` and ``generation`` have tables of their own and are left out; any other nested setting is
+    opened up into dotted keys (``optim.betas``), so no cell is a JSON blob.
     """
     per_label: dict[str, dict[str, Any]] = {}
     for run in suite.methods:
