@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from bench.report import fmt, tables
+from bench.report import dynamics, fmt, tables
 from bench.report import phases as phase_times
 from bench.report.load import Run, Suite
 from bench.results import METRIC_NAMES, PHASES
@@ -510,10 +510,85 @@ def aha_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
                             "rise in both together is the 'aha moment' the seed texts describe.")
 
 
+def _reward_model_note(suite: Suite) -> str:
+    """'reward model: 71.0% of 200 held-out pairs ranked right [64.3, 77.0]' (95% Wilson), or '' without one."""
+    check = tables.reward_model_check(suite)
+    if not check:
+        return ""
+    return (f"reward model: {fmt.pct(check['accuracy'])} of {check['n']:,} held-out pairs ranked right "
+            f"[{100 * check['low']:.1f}, {100 * check['high']:.1f}] (95% Wilson)")
+
+
+def overoptimisation_points(run: Run) -> list[tuple[float, float, float, float]]:
+    """(step, kl, rm_score, accuracy_reward) of every logged step that has all three, in step order.
+
+    kl: KL(policy ‖ reference) per completion token (nats/token), rm_score: the reward model's mean raw score
+    (logit), accuracy_reward: the verifier's mean accuracy reward (share in [0, 1]), all on the same rollout
+    completions of that step (baselines/ppo.py). The figure draws exactly these values, unsmoothed.
+    """
+    out = []
+    for point in run.result.get("curves") or []:
+        if not isinstance(point, dict):
+            continue
+        values = [fmt.num(point.get(key)) for key in ("step", "kl", "rm_score", "accuracy_reward")]
+        if all(v is not None for v in values):
+            out.append(tuple(values))
+    return sorted(out)  # type: ignore[arg-type]
+
+
+def overoptimisation_kl_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
+    """The classic over-optimisation figure (Gao et al., 2023): the proxy the policy optimised (reward-model
+    score, top) and the true reward (the verifier's accuracy reward, bottom) against KL to the reference.
+
+    One line per run (seeds of a method share its colour) through its logged steps in step order, a marker per
+    step and a ring on the last; the reward model's held-out pair accuracy is written on the top panel and in the
+    caption. None when no run logged a reward-model score with a KL above zero (no reference: no KL axis).
+    """
+    runs = [r for r in dynamics.rm_runs(suite) if any(kl > 0 for _, kl, _, _ in overoptimisation_points(r))]
+    if not runs:
+        return None
+    colors = method_colors(suite)
+    fig, axes = _new(8.0, 6.4, nrows=2)
+    axes[1][0].sharex(axes[0][0])
+    named: set[str] = set()
+    for run in runs:
+        pts = overoptimisation_points(run)
+        kls = [kl for _, kl, _, _ in pts]
+        label = "_nolegend_" if run.label in named else run.label
+        named.add(run.label)
+        for ax, values in ((axes[0][0], [rm for _, _, rm, _ in pts]), (axes[1][0], [100 * a for _, _, _, a in pts])):
+            ax.plot(kls, values, color=colors[run.label], linewidth=1.0, alpha=0.7, marker=".", markersize=4,
+                    label=label)
+            ax.plot(kls[-1:], values[-1:], linestyle="none", marker="o", markersize=8, markerfacecolor="none",
+                    markeredgecolor=colors[run.label], label="_nolegend_")  # where training ended
+    axes[0][0].set_ylabel("reward-model score (logit)")
+    axes[0][0].set_title("the proxy PPO optimised", fontsize=9)
+    axes[1][0].set_ylabel("verifier accuracy reward (%)")
+    axes[1][0].set_title("the true reward, on the same completions", fontsize=9)
+    axes[1][0].set_xlabel("KL(policy ‖ reference) per token at the step's rollout (nats/token)")
+    axes[0][0].tick_params(labelbottom=False)
+    for ax in axes[:, 0]:
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle("Reward over-optimisation against KL: the reward model's score vs the verifier's reward")
+    note = _reward_model_note(suite)
+    if note:
+        axes[0][0].text(0.01, 0.97, note, transform=axes[0][0].transAxes, ha="left", va="top", fontsize=8,
+                        bbox={"facecolor": "white", "edgecolor": "#999999", "alpha": 0.85, "pad": 3})
+    name = _save(fig, out_dir, "overoptimisation_kl.png")
+    return FigureInfo(name, "PPO (reward model) against KL to the reference: the reward-model score it optimised "
+                            "(top) and the verifier's accuracy reward on the same rollout completions (bottom), one "
+                            "point per logged step (KL per token at that rollout, unsmoothed), joined in step order; "
+                            "a ring marks the last step. A proxy that keeps rising while the true reward falls as "
+                            "KL grows is reward over-optimisation (Gao et al., 2023)."
+                      + (f" The {note}." if note else " No reward-model stage result: its held-out pair accuracy "
+                                                      "is not known."))
+
+
 def overoptimisation_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
-    """PPO against the reward model: its reward-model score (top) above the verifier's accuracy reward on the
-    same completions (bottom), sharing the step axis, so a rising proxy with a falling true reward shows."""
-    runs = [r for r in suite.methods if r.status == "ok" and _series(r, "rm_score")]
+    """The same runs against optimizer step: reward-model score (top), the verifier's accuracy reward on the same
+    completions (bottom) and KL (when logged), sharing the step axis: when in training the two parted."""
+    runs = dynamics.rm_runs(suite)
     if not runs:
         return None
     panels = [("rm_score", 1.0, "reward-model score (logit)"),
@@ -524,14 +599,13 @@ def overoptimisation_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     for ax in axes[1:, 0]:
         ax.sharex(axes[0][0])
     _draw_panels(axes, runs, panels, suite)
-    axes[0][0].set_title("Reward over-optimisation: the proxy PPO optimised vs the verifier's reward")
-    check = tables.reward_model_check(suite)
-    held_out = (f" The reward model ranked {fmt.pct(check['accuracy'])} of {check['n']:,} held-out pairs right "
-                f"[{100 * check['low']:.1f}, {100 * check['high']:.1f}]." if check else "")
+    axes[0][0].set_title("Reward over-optimisation per step: the proxy PPO optimised vs the verifier's reward")
+    note = _reward_model_note(suite)
     name = _save(fig, out_dir, "overoptimisation.png")
     return FigureInfo(name, "PPO (reward model): reward-model score and the verifier's accuracy reward on the same "
                             "rollouts per step" + (", and KL to the reference" if len(panels) > 2 else "")
-                      + "; a rising score with a falling verifier reward is reward over-optimisation." + held_out)
+                      + "; a rising score with a falling verifier reward is reward over-optimisation."
+                      + (f" The {note}." if note else ""))
 
 
 def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
@@ -544,6 +618,7 @@ def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
         phases_figure(suite, out_dir),
         curves_figure(suite, out_dir),
         aha_figure(suite, out_dir),
+        overoptimisation_kl_figure(suite, out_dir),  # the classic figure first; the per-step one says when
         overoptimisation_figure(suite, out_dir),
     ]
     from bench.report.scaling import scaling_figures  # scaling imports this module (FigureInfo)
