@@ -1,4 +1,4 @@
-"""`bench data`: show, and optionally export, the exact train and test splits a preset uses.
+"""`bench data`: show, and optionally export, the exact train, validation and test splits a preset uses.
 
     bench data --preset NAME [key.path=value ...] [--export DIR]
 
@@ -7,6 +7,11 @@ Prints one line per split (its problem count, and the file it went to with ``--e
 ``DIR/test.jsonl`` in GSM8K's layout, one ``{"question", "answer"}`` object a line, in the order the suite loads
 them (after ``task.train_size`` / ``task.test_size``; training runs then shuffle the train rows per seed). The
 files load back as a GSM8K source (``task.source=gsm8k task.path=DIR``), so anyone can inspect or reuse them.
+
+With a validation split (``task.validation_size`` > 0, as `bench tune` uses) it is written too, to
+``DIR/validation.jsonl``, and ``train.jsonl`` holds the training problems left once it is carved out. With
+``eval.split=validation`` (a tuning run's settings) the test split is not loaded, so it is neither counted nor
+written: the line says so.
 """
 
 from __future__ import annotations
@@ -16,18 +21,21 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench.errors import UserError
 
-SPLITS = ("train", "test")
-"""The splits written, each to ``DIR/<split>.jsonl``."""
+SPLITS = ("train", "validation", "test")
+"""The splits printed and written, in this order, each to ``DIR/<split>.jsonl`` (validation only when the preset has
+one, test unless evaluation reads validation)."""
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of `bench data` (used by bench.cli)."""
     parser.add_argument("--preset", required=True, help="preset name (see `bench presets`) or a YAML file")
     parser.add_argument("--export", metavar="DIR",
-                        help="write DIR/train.jsonl and DIR/test.jsonl (GSM8K columns question, answer)")
+                        help="write DIR/train.jsonl, DIR/test.jsonl and, when task.validation_size > 0, "
+                             "DIR/validation.jsonl (GSM8K columns question, answer)")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
                         help="spec overrides, e.g. task.test_size=100")
 
@@ -78,6 +86,17 @@ def _checks_line(checks: dict[str, int | str]) -> str:
     return f"checks: {counts or 'none'}" + (f" (held out by {held_out_by})" if held_out_by else "")
 
 
+def loaded_splits(spec: Any, data: Any) -> dict[str, list[dict[str, str]]]:
+    """Split name -> problems as ``bench.data.load_task`` returned them (``data``, a TaskData): train always,
+    validation when ``task.validation_size`` > 0, test unless evaluation reads validation (then it was not loaded)."""
+    splits = {"train": data.train}
+    if spec.task.validation_size:
+        splits["validation"] = data.validation
+    if data.eval_split != "validation":
+        splits["test"] = data.test
+    return splits
+
+
 def run_data(args: argparse.Namespace) -> int:
     """`bench data`: load the preset's splits as every run does, print counts and checks, export on request.
 
@@ -89,10 +108,13 @@ def run_data(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.preset, args.overrides)
     data = load_task(spec)
-    splits = {"train": data.train, "test": data.test}
+    splits = loaded_splits(spec, data)
     paths = export_splits(splits, Path(args.export)) if args.export else {}
     for name in SPLITS:
-        print(f"{name}: {len(splits[name])} problems" + (f" -> {paths[name]}" if name in paths else ""))
+        if name in splits:
+            print(f"{name}: {len(splits[name])} problems" + (f" -> {paths[name]}" if name in paths else ""))
+        elif name == "test" and data.eval_split == "validation":
+            print("test: not loaded (eval.split is validation: the test split is never read)")
     print(_checks_line(data.checks))
     for note in data.notes:
         print(f"note: {note}")

@@ -35,6 +35,42 @@ def test_export_writes_exactly_the_preset_splits(tmp_path: Path, capsys: pytest.
     assert sorted(p.name for p in out.iterdir()) == ["test.jsonl", "train.jsonl"]  # no temporary files left
 
 
+def test_export_writes_the_validation_split_when_the_preset_has_one(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "splits"
+    overrides = ["task.validation_size=20", "task.test_size=30"]
+    assert main(["data", "--preset", "cpu-quick", *overrides, "--export", str(out)]) == 0
+    data = load_task(load_spec("cpu-quick", overrides))
+    assert sorted(p.name for p in out.iterdir()) == ["test.jsonl", "train.jsonl", "validation.jsonl"]
+    train, validation = _read_lines(out / "train.jsonl"), _read_lines(out / "validation.jsonl")
+    assert validation == data.validation and len(validation) == 20
+    assert train == data.train and _read_lines(out / "test.jsonl") == data.test
+    # The validation problems were carved from the training side: none is left among the exported training rows.
+    assert not {r["question"] for r in validation} & {r["question"] for r in train}
+    stdout = capsys.readouterr().out.splitlines()
+    assert stdout[:3] == [f"train: 400 problems -> {out / 'train.jsonl'}",
+                          f"validation: 20 problems -> {out / 'validation.jsonl'}",
+                          f"test: 30 problems -> {out / 'test.jsonl'}"]
+    assert "validation_working_overlap 0" in stdout[3]
+
+
+def test_a_tuning_runs_splits_export_validation_and_never_test(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.data
+
+    def no_test(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the test split was generated")
+
+    monkeypatch.setattr(bench.data, "synthetic_splits", no_test)
+    out = tmp_path / "splits"
+    assert main(["data", "--preset", "cpu-quick", "task.validation_size=20", "eval.split=validation",
+                 "--export", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["train.jsonl", "validation.jsonl"]
+    stdout = capsys.readouterr().out.splitlines()
+    assert stdout[1] == f"validation: 20 problems -> {out / 'validation.jsonl'}"
+    assert stdout[2] == "test: not loaded (eval.split is validation: the test split is never read)"
+
+
 def test_without_export_only_counts_and_checks_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
