@@ -1,9 +1,19 @@
-"""The GPU check's table: per run, status, peak memory by source, s/step, completions/s; then static accounting.
+"""The GPU check's table: per run, status, peak memory by source, the memory model's prediction beside it with the
+error in %, s/step, completions/s; then static accounting.
 
-``python -m bench.gpu_check_table SUITE_DIR`` prints it from the suite's result files alone (``runs/*/result.json``,
-read through :func:`bench.report.load.load_suite`), so it also works on a suite that was interrupted: runs that did
-not finish show their status. ``scripts/gpu_check.sh`` prints it last. Exit status: 0 when every planned run is
-``ok``, 1 when any is not (failed, interrupted, not run), 2 when SUITE_DIR is not a suite folder.
+``python -m bench.gpu_check_table FOLDER`` prints it from result files alone (``runs/*/result.json``, read through
+:func:`bench.report.load.load_suite`), so it also works on a suite that was interrupted: runs that did not finish
+show their status. FOLDER is a suite folder, or the folder ``scripts/gpu_check.sh`` writes: ``step1/`` and
+``step2/`` (suite folders), ``step2-plan.json`` (:mod:`bench.gpu_check_plan`: the size chosen and why the others
+were skipped), ``telemetry-check.txt`` (:mod:`bench.gpu_check_telemetry`) and ``step3.txt`` (what became of step 3);
+each step gets its tables. The script prints it last. Exit status: 0 when every planned run is ``ok`` or out of
+memory at a sweep point (an expected outcome), 1 when any is not (failed, interrupted, not run), 2 when FOLDER is
+neither.
+
+Predicted beside measured (``result["prediction"]``, stored by every sweep run; the steps of the GPU check are
+one-point sweeps): on a GPU the cuda-allocated peak against the predicted peak; on a CPU the cpu-rss peak over the
+post-load baseline against the predicted peak less the weights (resident at that baseline), labelled so; the error
+is (predicted - measured) / measured, as in the report's scaling section (:mod:`bench.report.scaling`).
 
 Memory is printed per source and each column is named by its source, because the sources measure different things
 (README "Reading the numbers"): ``cuda-allocated`` is PyTorch's allocator peak (reset per phase),
@@ -15,6 +25,7 @@ says so; it never shows a CUDA counter that had no reading. No torch import: it 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -109,18 +120,38 @@ def render(rows: list[list[str]], header: list[str]) -> list[str]:
     return ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
 
 
+def compared_source(suite: Suite) -> str:
+    """What a prediction is set against: the cuda-allocated peak when any run has one, else the cpu-rss delta."""
+    return "cuda-allocated peak" if "cuda-allocated" in present_sources(suite.runs) else "cpu-rss delta"
+
+
+def prediction_cells(run: Run, source: str) -> list[str]:
+    """[measured GiB, predicted GiB, error %] of ``source`` (bench.report.scaling's quantities); dashes without a
+    prediction (stages, runs outside a sweep) or a measurement (a run that did not finish)."""
+    from bench.report.scaling import Point
+
+    prediction = run.result.get("prediction")
+    point = Point(run, "", {}, prediction if isinstance(prediction, dict) else None)
+    measured, predicted = point.measured(source), point.predicted(source)
+    error = DASH if not measured or predicted is None else f"{(predicted - measured) / measured:+.0%}"
+    return [gib(measured), gib(predicted), error]
+
+
 def run_table(suite: Suite) -> list[str]:
-    """One line per run (stages, then methods): status, peak per shown source, peak phase, s/step, rates."""
+    """One line per run (stages, then methods): status, peak per shown source, the prediction beside the compared
+    measurement with its error, peak phase, s/step, rates."""
     sources = shown_sources(suite.runs)
-    header = ["run", "kind", "status", *[f"peak {s} GiB" for s in sources], "peak phase",
-              "s/step (median)", "completions/s", "tokens/completion"]
+    compared = compared_source(suite)
+    header = ["run", "kind", "status", *[f"peak {s} GiB" for s in sources], f"{compared} GiB", "predicted GiB",
+              "error %", "peak phase", "s/step (median)", "completions/s", "tokens/completion"]
     rows = []
     for run in suite.runs:
         peaks = peaks_by_source(run.result)
         throughput = run.result.get("throughput") or {}
         rows.append([run.run_id, run.kind, status_of(run), *[gib(peaks.get(s)) for s in sources],
-                     peak_phase(run.result), decimal(throughput.get("step_s_median"), 3),
-                     decimal(throughput.get("completions_per_s")), tokens_per_completion(run.result)])
+                     *prediction_cells(run, compared), peak_phase(run.result),
+                     decimal(throughput.get("step_s_median"), 3), decimal(throughput.get("completions_per_s")),
+                     tokens_per_completion(run.result)])
     return render(rows, header)
 
 
@@ -170,26 +201,92 @@ def environment_line(suite: Suite) -> str:
     return "environment: not recorded"
 
 
-def format_tables(suite: Suite) -> str:
-    """The whole printout."""
-    lines = [f"GPU check table: preset {suite.preset}, {suite.suite_dir}", environment_line(suite),
-             source_note(suite), "", *run_table(suite), "",
+def prediction_note(suite: Suite) -> str:
+    """What the predicted and error columns compare."""
+    if compared_source(suite) == "cuda-allocated peak":
+        return ("predicted: the memory model's peak (bench.memory_model) beside the cuda-allocated peak; error = "
+                "(predicted - measured) / measured")
+    return ("predicted: the memory model's peak less the weights, beside the cpu-rss peak over the post-load baseline "
+            "(no GPU: host memory, not VRAM); error = (predicted - measured) / measured")
+
+
+def format_tables(suite: Suite, title: str = "GPU check table") -> str:
+    """The tables of one suite."""
+    lines = [f"{title}: preset {suite.preset}, {suite.suite_dir}", environment_line(suite),
+             source_note(suite), prediction_note(suite), "", *run_table(suite), "",
              "static accounting (bytes counted from the live modules and the optimizer's state tensors):",
              *accounting_table(suite)]
     return "\n".join(lines)
 
 
+def is_oom_at_point(run: Run) -> bool:
+    """An out-of-memory at a sweep point: a finding (where a method stops fitting), not a failure."""
+    error = run.result.get("error")
+    return (isinstance(error, dict) and error.get("type") == "OutOfMemory"
+            and isinstance(run.result.get("sweep"), dict))
+
+
 def all_ok(suite: Suite) -> bool:
-    """Every planned run finished with status ok (and there was at least one)."""
-    return bool(suite.runs) and all(run.status == "ok" for run in suite.runs)
+    """Every planned run finished with status ok or ran out of memory at a sweep point (and there was one)."""
+    return bool(suite.runs) and all(run.status == "ok" or is_oom_at_point(run) for run in suite.runs)
+
+
+STEPS = ("step1", "step2")
+"""The suite folders of a GPU-check folder, in order."""
+
+
+def _text(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").strip().splitlines()
+    except OSError:
+        return []
+
+
+def plan_lines(folder: Path) -> list[str]:
+    """Step 2's choice in words (bench.gpu_check_plan), from ``step2-plan.json``."""
+    try:
+        plan = json.loads((folder / "step2-plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ["step 2: no plan written (step 1 did not leave time, or the plan failed: see the log)"]
+    from bench.gpu_check_plan import Candidate, Step2Plan
+
+    fields = {k: v for k, v in plan.items() if k != "candidates"}
+    return Step2Plan(**fields, candidates=[Candidate(**c) for c in plan.get("candidates") or []]).lines()
+
+
+def check_folder(folder: Path) -> tuple[str, bool]:
+    """(the whole printout of a GPU-check folder, every step's runs ok)."""
+    parts = ["GPU check", *_text(folder / "telemetry-check.txt"), ""]
+    ok = True
+    for step in STEPS:
+        if step == "step2":
+            parts += [*plan_lines(folder), ""]
+        if (folder / step / "suite.json").is_file():
+            suite = load_suite(folder / step)
+            parts += [format_tables(suite, f"{step} table"), ""]
+            ok = ok and all_ok(suite)
+        elif step == "step1":
+            parts += ["step1: no suite folder (it did not start)", ""]
+            ok = False
+    parts += _text(folder / "step3.txt") or ["step 3: not reached"]
+    if (folder / "step3" / "suite.json").is_file():
+        suite = load_suite(folder / "step3")
+        parts += ["", format_tables(suite, "step3 table")]
+        ok = ok and all_ok(suite)
+    return "\n".join(parts), ok
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu_check_table",
                                      description="Per-run memory and speed table of a suite folder.")
-    parser.add_argument("suite_dir", metavar="SUITE_DIR", help="a folder written by `bench run`")
+    parser.add_argument("suite_dir", metavar="FOLDER",
+                        help="a folder written by `bench run`, or by scripts/gpu_check.sh (step1/, step2/, ...)")
     args = parser.parse_args(argv)
     folder = Path(args.suite_dir)
+    if (folder / "step1").is_dir() or (folder / "telemetry-check.txt").is_file():
+        text, ok = check_folder(folder)
+        print(text)
+        return 0 if ok else 1
     if not (folder / "suite.json").is_file() and not (folder / "runs").is_dir():
         print(f"gpu_check_table: error: '{folder}' is not a suite folder (no suite.json, no runs/)", file=sys.stderr)
         return 2

@@ -237,7 +237,7 @@ def test_table_shows_gpu_sources_by_name_and_exit_status(tmp_path: Path, capsys:
     assert re.split(r"\s{2,}", header)[3:6] == ["peak cuda-allocated GiB", "peak cuda-reserved GiB", "peak nvml-process GiB"]
     assert "cpu-rss" not in header
     row = next(line for line in lines if line.startswith("grpo-s0 "))
-    assert row.split()[3:10] == ["3.00", "4.00", "5.00", "update", "1.500", "85.30", "512"]
+    assert row.split()[3:13] == ["3.00", "4.00", "5.00", "3.00", "-", "-", "update", "1.500", "85.30", "512"]
     actor = next(line for line in lines if line.split()[:2] == ["grpo-s0", "actor"])
     assert actor.split()[2:] == ["10", "1.00", "1.00", "2.00", "4.00"]
     networks = [line.split()[1] for line in lines if line.startswith("grpo-s0 ") and len(line.split()) == 7]
