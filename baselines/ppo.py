@@ -32,6 +32,7 @@ from baselines import rl_math as M
 from baselines.common import matched_kl_coef
 from baselines.rollout_engine import Engine, EngineConfig, Rollout, engine_description, validate_engine
 from bench.context import RunContext, TrainOutcome
+from bench.monitors import group_monitors
 
 LABEL = "PPO (suite engine)"
 ENGINE = "suite"
@@ -131,6 +132,8 @@ def ppo_step(engine: Engine, cfg: Config, step: int) -> dict[str, float]:
             raw_scores = verifier_scores
         scores = engine.eos_penalised(raw_scores, batch)
         logs["score"] = scores.mean().item()
+        # PPO samples G completions per prompt too (the matched budget): prompts whose G scores tie, as GRPO logs it.
+        logs.update(group_monitors(scores.tolist(), engine.spec.train.group_size))
     mask = batch.mask
     ref_logp = None
     if engine.reference is not None:  # beta / kl_coef 0: no reference network, no phase

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -10,6 +11,7 @@ from bench.monitors import (DEFAULT_REFLECTION_PHRASES, MONITOR_NAMES, THRESHOLD
                             completion_monitors, curve_flags, flags, group_monitors, numbers_in, record_monitors,
                             reflection_count, repeated_ngram, run_flags, strict_mode, think_block)
 from bench.results import METRIC_NAMES
+from test_rollout_engine import _context, model_dirs  # noqa: F401 (model_dirs is a pytest fixture)
 
 RIGHT = "<think>3 + 4 = 7</think> <answer>7</answer>"          # right format, right answer, 7 in the think block
 WRONG = "<think>Wait, 3 + 4 = 8</think> <answer>8</answer>"    # right format, wrong answer, one reflection phrase
@@ -172,3 +174,53 @@ def test_format_only_completions_flag_by_how_far_they_rose() -> None:
         + " (first vs last 2 of 10 logged points)",
         "final evaluation: format_only_rate rose 50.0% -> 70.0% (+20.0 pp > 15.0 pp): " + RISES["format_only_rate"][1]]
     assert run_flags(curves[:5], {"format_only_rate": 0.9}) == []  # flat curve, no start: no flag
+
+
+# --- every online method's curves carry the canonical names ---------------------------------------------------
+ONLINE_RUNS = {  # run name -> (recipe module, its config): every online method, TRL's GRPO included
+    "grpo": ("grpo", {}),
+    "grpo_engine": ("grpo_engine", {"missing_eos_penalty": 1.0}),
+    "ppo": ("ppo", {"reward": "model"}),
+    "ppo_verifier": ("ppo", {"reward": "verifier"}),
+    "control": ("control", {"enabled": True}),
+}
+
+
+@pytest.fixture(scope="module")
+def online_curves(tmp_path_factory: pytest.TempPathFactory, model_dirs: Any) -> dict[str, list[dict]]:  # noqa: F811
+    """Run name -> the curves one training step of that recipe returned (the tiny models of test_rollout_engine)."""
+    import importlib
+
+    from bench import registry
+    from bench.telemetry import Telemetry
+
+    out = {}
+    for name, (module, overrides) in ONLINE_RUNS.items():
+        recipe = importlib.import_module(f"baselines.{module}")
+        config = recipe.Config(**{**registry.METHODS[name].defaults, **overrides})
+        ctx = _context(tmp_path_factory.mktemp(name), model_dirs, name, config)
+        ctx.spec.train.steps = 1
+        ctx.telemetry = Telemetry("cpu", enabled=False)  # the worker's telemetry: TRL's seams attach to it
+        with ctx.telemetry:
+            out[name] = recipe.train(ctx).log_history
+    return out
+
+
+def test_every_online_method_logs_the_canonical_curves(online_curves: dict[str, list[dict]]) -> None:
+    from bench.registry import METHODS
+    from bench.report.dynamics import ONLINE_CURVES, PPO_DYNAMICS
+
+    assert set(ONLINE_CURVES) | set(PPO_DYNAMICS) <= set(METRIC_NAMES)  # one table of names
+    assert set(MONITOR_NAMES) - {"repetition_rate", "truncated_rate"} <= set(ONLINE_CURVES)
+    assert set(online_curves) == set(METHODS) - {"dpo"}  # every online method in the registry is run here
+    for name, curves in online_curves.items():
+        assert curves, name
+        required = set(ONLINE_CURVES)
+        required |= set(PPO_DYNAMICS) if ONLINE_RUNS[name][0] == "ppo" else set()
+        required |= {"rm_score"} if name == "ppo" else set()
+        required |= {"missing_eos_penalty_reward"} if ONLINE_RUNS[name][1].get("missing_eos_penalty") else set()
+        for point in curves:
+            logged = {key for key, value in point.items() if isinstance(value, (int, float))}
+            missing, unknown = sorted(required - logged), sorted(set(point) - set(METRIC_NAMES) - {"step"})
+            assert not missing, f"{name} does not log {missing}"
+            assert not unknown, f"{name} logs names outside METRIC_NAMES: {unknown}"

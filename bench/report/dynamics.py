@@ -30,6 +30,15 @@ DYNAMICS = ("reward", "kl", "entropy", "completion_length", "zero_std_groups", "
 """Columns of the training-dynamics table for every online method."""
 PPO_DYNAMICS = ("value_loss", "explained_variance")
 """Critic columns, shown when some method logged them (PPO)."""
+ONLINE_CURVES = ("reward", "accuracy_reward", "format_reward", "length_penalty_reward", "kl", "entropy",
+                 "completion_length", "completion_length_p90", "zero_std_groups", "clipfrac", "grad_norm",
+                 "empty_answer_rate", "format_only_rate", "repeated_ngram_rate", "answer_in_think_rate",
+                 "reflection_rate", "reflection_count")
+"""Curve metrics every online method logs (issue 12; names from bench.results.METRIC_NAMES): the total reward and
+its components, KL to the reference, entropy, completion length (mean, p90), zero-variance groups, clip fraction,
+gradient norm, the reward-hacking monitors and the 'aha' monitor. PPO adds :data:`PPO_DYNAMICS`; a method with a
+missing-EOS penalty adds ``missing_eos_penalty_reward``. tests/test_monitors.py runs every online method and checks
+its curves against this table; :func:`dynamics_table` notes a run that lacks some of them."""
 EVAL_MONITORS = ("empty_answer_rate", "format_only_rate", "repeated_ngram_rate", "answer_in_think_rate",
                  "truncated_rate", "reflection_rate", "reflection_count", "completion_length")
 """Columns of the reward-hacking monitors table (final evaluation), in the order a reader checks them."""
@@ -131,8 +140,25 @@ def dynamics_table(suite: Suite) -> fmt.Table:
              "Metric meanings and units: bench.results.METRIC_NAMES; thresholds: bench.monitors.THRESHOLDS."]
     if flag_lines(suite):
         notes.append("Monitor flags (a threshold crossed) are shown as warnings under Results per method.")
-    notes += monitor_problems(suite)
+    notes += monitor_problems(suite) + missing_curves(suite)
     return fmt.Table(["method", "seeds", "logged steps", *(column(n) for n in names)], rows, notes)
+
+
+def missing_curves(suite: Suite) -> list[str]:
+    """'GRPO (TRL): no curve of entropy, clipfrac (...)' for every ok online run (one that logged a reward) that
+    lacks some of :data:`ONLINE_CURVES` at every logged step: a dash in its row is then a gap, not a zero."""
+    names = fmt.display_names(suite.methods)
+    out = []
+    for run in suite.methods:
+        points = _points(run)
+        if run.status != "ok" or not any(fmt.num(p.get("reward")) is not None for p in points):
+            continue
+        logged = {n for p in points for n, v in p.items() if fmt.num(v) is not None}
+        missing = [n for n in ONLINE_CURVES if n not in logged]
+        if missing:
+            out.append(f"{names[run.run_id]}: no curve of {', '.join(missing)} (every online method should log "
+                       f"them: bench.report.dynamics.ONLINE_CURVES).")
+    return out
 
 
 def monitors_table(suite: Suite) -> fmt.Table:
