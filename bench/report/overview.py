@@ -135,7 +135,10 @@ def tuning_note(suite: Suite) -> str:
         if isinstance(entry, dict) and entry.get("chosen") is not None:
             score = entry.get("score") or {}
             mean_text = fmt.pct(fmt.num(score.get("mean"))) if fmt.num(score.get("mean")) is not None else fmt.MISSING
-            tuned[label] = (f"{label}: tuned on validation ({len(entry.get('points') or [])} grid points, "
+            # bench.tune records "points" as a count and every point's score under "scores".
+            points = entry.get("points")
+            n_points = points if isinstance(points, int) else len(points or entry.get("scores") or [])
+            tuned[label] = (f"{label}: tuned on validation ({n_points} grid points, "
                             f"n = {entry.get('n_questions', fmt.MISSING)}, seeds {entry.get('seeds', fmt.MISSING)}; "
                             f"chosen {entry.get('chosen')}, validation {mean_text})")
         else:
