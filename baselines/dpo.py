@@ -3,6 +3,11 @@
 DPO never samples during training: its pairs were drawn once from the starting policy and labelled by the
 verifier (bench.sample_pool). It takes the matched number of optimizer steps with ``prompts_per_step``
 pairs per step, cycling over the pairs; its own learning rate and beta are declared in the preset.
+
+Under a launcher (bench.launch) it runs as N processes: DPOTrainer is a transformers Trainer, so accelerate's launch
+gives it DDP. Each rank takes ``prompts_per_step / N`` pairs of every step (gradients averaged over the ranks), so a
+step is still ``prompts_per_step`` pairs, the same pairs as the one-process run's step: every rank draws the same
+seeded permutation and takes its own batches of it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from bench.sample_pool import preference_pairs, read_pool
 
 LABEL = "DPO (TRL, pool pairs)"
 ENGINE = "trl"
+DATA_PARALLEL = True
+"""Under a launcher it runs as N processes, each on prompts_per_step / N pairs of every step (see train)."""
+PAIR_ID = "pair_id"
+"""Dataset column under a launcher: each pair's position in the matched order, recorded per rank (rank files)."""
 
 TRL_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
                   "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
@@ -64,6 +73,12 @@ def validate(spec: Any, cfg: Config, key: str) -> None:
         raise SpecError(f"'{key}.loss_type' has unknown loss {', '.join(unknown) or repr(cfg.loss_type)}; use one of "
                         f"{', '.join(TRL_LOSS_TYPES)} or a comma-separated combination such as sigmoid,sft")
     check_micro_batching(spec.train.prompts_per_step, spec.train.micro_batch_size, "pairs (train.prompts_per_step)")
+    from bench.launch import processes_for
+
+    processes = processes_for(spec, "dpo")
+    if processes > 1:  # each rank micro-batches its own share (bench.launch checks that N divides the pairs)
+        check_micro_batching(spec.train.prompts_per_step // processes, spec.train.micro_batch_size,
+                             f"pairs per process ({processes} processes)")
 
 
 def describe(spec: Any, cfg: Config) -> dict[str, str]:
@@ -79,10 +94,33 @@ CURVE_NAMES = curve_names({
 """TRL DPOTrainer log key -> the suite's curve metric name (bench.results.METRIC_NAMES)."""
 
 
+def per_device_batching(spec: Any, processes: int) -> tuple[int, int]:
+    """(per_device_train_batch_size, gradient_accumulation_steps) of one of ``processes`` ranks: per_device x
+    accumulation x processes = train.prompts_per_step pairs per optimizer step (the one-process run's batch)."""
+    return micro_batching(spec.train.prompts_per_step // processes, spec.train.micro_batch_size)
+
+
+def record_pair_ids(trainer: Any, seen: list[int]) -> None:
+    """Make ``trainer`` append the :data:`PAIR_ID` of every pair it collates to ``seen`` (the pairs this rank
+    trained on) and keep the column out of the batch: the column survives the Trainer's removal of unused columns
+    and the collator drops it before TRL's DataCollatorForPreference sees the pair."""
+    trainer._set_signature_columns_if_needed()
+    trainer._signature_columns = [*trainer._signature_columns, PAIR_ID]
+    collate = trainer.data_collator
+
+    def recorded(examples: list[dict[str, Any]]) -> Any:
+        seen.extend(int(example[PAIR_ID]) for example in examples)
+        return collate([{k: v for k, v in example.items() if k != PAIR_ID} for example in examples])
+
+    trainer.data_collator = recorded
+
+
 def train(ctx: RunContext) -> TrainOutcome:
-    """Train with DPOTrainer for train.steps steps of prompts_per_step pairs."""
+    """Train with DPOTrainer for train.steps steps of prompts_per_step pairs (over all ranks under a launcher)."""
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
+
+    from bench.launch import world_size
 
     spec, t, m = ctx.spec, ctx.spec.train, ctx.method_spec
     pairs = preference_pairs(read_pool(ctx.pool_path))
@@ -90,7 +128,7 @@ def train(ctx: RunContext) -> TrainOutcome:
         raise RuntimeError(f"the sample pool has no pairs for DPO (sample_pool.pairs: {spec.sample_pool.pairs}); "
                            f"raise sample_pool.prompts or sample_pool.samples_per_prompt")
     policy, tokenizer = load_initial_policy(ctx)
-    per_device, accumulation = micro_batching(t.prompts_per_step, t.micro_batch_size)
+    per_device, accumulation = per_device_batching(spec, world_size())
     args = matched_training_args(spec, ctx, max_steps=t.steps, learning_rate=m.resolved_learning_rate(spec),
                                  batch_size=per_device)
     args["gradient_accumulation_steps"] = accumulation
@@ -100,10 +138,14 @@ def train(ctx: RunContext) -> TrainOutcome:
     args.update(beta=beta, loss_type=loss_type, max_length=budget.max_length)
     config = DPOConfig(**args)
     dataset = Dataset.from_list(prompts_for_steps(pairs, t.steps, t.prompts_per_step))
+    if world_size() > 1:  # the position of each pair in the matched order, for this rank's record
+        dataset = dataset.add_column(PAIR_ID, list(range(len(dataset))))
     # With LoRA TRL needs no reference (adapters off); otherwise it gets the frozen copy in the spec's dtype.
     reference = None if spec.train.lora.enabled else load_reference(ctx)
     trainer = DPOTrainer(model=policy, ref_model=reference, args=config, train_dataset=dataset,
                          processing_class=tokenizer, peft_config=lora_config(spec))
+    if world_size() > 1:
+        record_pair_ids(trainer, ctx.telemetry.prompt_ids)
     run_trainer(ctx, trainer, t.steps)
     resident = trainer_networks(trainer, uses_reference=True)
     return TrainOutcome(

@@ -4,8 +4,8 @@ Who does what:
 
 - the runner (:func:`worker_launch`) starts each method run that can run data parallel as
   ``python -m accelerate.commands.accelerate_cli launch --config_file FILE --num_processes N -m bench.worker RUN_DIR``
-  (``accelerate launch`` with this interpreter) instead of ``python -m bench.worker RUN_DIR``; shared stages and
-  methods whose recipe does not map the matched budget onto several processes (TRL's DPO) stay one process;
+  (``accelerate launch`` with this interpreter) instead of ``python -m bench.worker RUN_DIR``; shared stages (and a
+  method whose recipe does not declare how its matched budget splits over several processes) stay one process;
 - accelerate's launcher (torch.distributed's elastic agent) starts the N ranks, each with RANK / WORLD_SIZE /
   LOCAL_RANK set, each in a session of its own;
 - each rank (:func:`init_process_group`: accelerate's ``PartialState``, gloo on a CPU, NCCL on GPUs) trains on its
@@ -16,8 +16,11 @@ Who does what:
 
 Without a GPU the default config (``bench/accelerate/ddp.yaml``) still works: accelerate's multi-process launcher
 starts the ranks and ``PartialState(cpu=True)`` joins them over gloo (accelerate's ``--cpu`` flag alone would start
-a single process unless MPI is set up). DeepSpeed configs are checked here (stage, offload devices, that DeepSpeed
-is installed, that the run is on a GPU) and are for GPU machines only.
+a single process unless MPI is set up). DeepSpeed configs are checked here (the ZeRO stage, inline or in the
+DeepSpeed JSON the config names; offload devices; that DeepSpeed imports; that the run is on a GPU) and are for GPU
+machines only. Under a DeepSpeed config TRL's trainers (GRPO, DPO) are sharded by DeepSpeed; the suite engine's
+methods are not (the engine wraps its networks in torch DDP): they run DDP, and their result says so
+(``settings.parallel.strategy``, :func:`parallel_settings`).
 
 Nothing here imports torch at module level: the runner and ``bench run --dry-run`` use it.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
@@ -49,6 +53,12 @@ DEFAULT_CONFIG = "ddp"
 DISTRIBUTED_TYPES = ("MULTI_GPU", "MULTI_CPU", "DEEPSPEED", "NO")
 """accelerate ``distributed_type`` values this suite launches (FSDP, TPU, Megatron: not mapped)."""
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+ZERO_STAGES = (0, 1, 2, 3)
+DEEPSPEED_FIX = "pip install '.[deepspeed]'"
+"""How a user installs DeepSpeed for the suite: the optional extra (on a GPU machine)."""
+IMPORT_TIMEOUT_S = 120.0
+"""How long the check that DeepSpeed imports may take (it runs in a child process: importing DeepSpeed imports torch
+and probes the accelerator, which the runner process should not pay for or be changed by)."""
 
 
 # -- the spec -----------------------------------------------------------------------------------
@@ -84,35 +94,102 @@ def read_config(path: Path) -> dict[str, Any]:
     return data
 
 
+def deepspeed_settings(data: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """A DeepSpeed accelerate config's ZeRO settings: ``{"zero_stage", "offload_optimizer_device",
+    "offload_param_device"}``, from its ``deepspeed_config`` block or from the DeepSpeed JSON that the block names
+    (``deepspeed_config_file``, as a path or relative to the accelerate config's folder). SpecError (one line, naming
+    the file and the fix) for a missing block, an unreadable JSON, a stage that is not 0-3 or an unknown offload."""
+    where = f"'launcher.config_file' '{path}'"
+    ds = data.get("deepspeed_config")
+    if not isinstance(ds, dict):
+        raise SpecError(f"{where}: a DEEPSPEED config needs a deepspeed_config mapping with zero_stage (0-3), e.g. "
+                        f"{shipped_config('zero2')}")
+    if ds.get("deepspeed_config_file"):
+        ds = _deepspeed_json_settings(Path(str(ds["deepspeed_config_file"])), path)
+    stage = ds.get("zero_stage")
+    if isinstance(stage, bool) or stage not in ZERO_STAGES:  # YAML's true would otherwise pass as stage 1
+        raise SpecError(f"{where}: deepspeed_config.zero_stage must be 0, 1, 2 or 3, got {stage!r}")
+    settings = {"zero_stage": stage}
+    for key in ("offload_optimizer_device", "offload_param_device"):
+        value = str(ds.get(key) or "none")
+        if value not in OFFLOAD_DEVICES:
+            raise SpecError(f"{where}: deepspeed_config.{key} must be one of {', '.join(OFFLOAD_DEVICES)}, got "
+                            f"{value!r}")
+        settings[key] = value
+    if settings["offload_param_device"] != "none" and stage != 3:
+        raise SpecError(f"{where}: offload_param_device needs zero_stage 3, got stage {stage}")
+    return settings
+
+
+def _deepspeed_json_settings(json_path: Path, config: Path) -> dict[str, Any]:
+    """The ``deepspeed_config`` keys read from a DeepSpeed JSON (``zero_optimization.stage`` and its offload
+    devices; DeepSpeed's default stage is 0)."""
+    if not json_path.is_absolute() and not json_path.is_file():
+        json_path = config.parent / json_path
+    where = f"'launcher.config_file' '{config}': deepspeed_config_file '{json_path}'"
+    try:
+        data = json.loads(json_path.read_text(encoding="utf-8"))
+    except OSError:
+        raise SpecError(f"{where} does not exist; give the DeepSpeed JSON's path, or set deepspeed_config.zero_stage "
+                        f"in the accelerate config instead") from None
+    except ValueError as exc:
+        raise SpecError(f"{where} is not valid JSON ({type(exc).__name__}); fix its syntax") from None
+    zero = data.get("zero_optimization", {}) if isinstance(data, dict) else None
+    if not isinstance(zero, dict):
+        raise SpecError(f"{where}: zero_optimization must be a mapping")
+
+    def device(key: str) -> Any:
+        block = zero.get(key)
+        return block.get("device") if isinstance(block, dict) else None
+
+    return {"zero_stage": zero.get("stage", 0), "offload_optimizer_device": device("offload_optimizer"),
+            "offload_param_device": device("offload_param")}
+
+
+def deepspeed_problem() -> str | None:
+    """None when ``import deepspeed`` works in this interpreter, else why not ("is not installed", or "does not
+    import (ImportError: ...)" with the last line of its error). The import runs in a child process."""
+    if importlib.util.find_spec("deepspeed") is None:
+        return "is not installed"
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import deepspeed"], capture_output=True, text=True,
+                              timeout=IMPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"did not import within {IMPORT_TIMEOUT_S:g} s"
+    if proc.returncode == 0:
+        return None
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    return f"is installed but does not import ({lines[-1] if lines else f'exit status {proc.returncode}'})"
+
+
 def check_config(data: Mapping[str, Any], path: Path, device: str) -> None:
-    """The config's distributed type, and for DeepSpeed its ZeRO stage, offload devices, that DeepSpeed is
-    installed and that the run is on a GPU. Raises SpecError naming the file and the fix."""
+    """The config's distributed type, and for DeepSpeed its ZeRO settings (:func:`deepspeed_settings`), that
+    DeepSpeed imports and that the run is on a GPU. Raises SpecError naming the file and the fix."""
     kind = str(data.get("distributed_type", "NO"))
     if kind not in DISTRIBUTED_TYPES:
         raise SpecError(f"'launcher.config_file' '{path}': distributed_type {kind!r} is not supported by the suite; "
                         f"use one of {', '.join(DISTRIBUTED_TYPES)} (e.g. the shipped {', '.join(SHIPPED_CONFIGS)})")
     if kind != "DEEPSPEED":
         return
-    ds = data.get("deepspeed_config") or {}
-    if not isinstance(ds, dict):
-        raise SpecError(f"'launcher.config_file' '{path}': deepspeed_config must be a mapping")
-    stage = ds.get("zero_stage")
-    if stage not in (0, 1, 2, 3):
-        raise SpecError(f"'launcher.config_file' '{path}': deepspeed_config.zero_stage must be 0, 1, 2 or 3, "
-                        f"got {stage!r}")
-    for key in ("offload_optimizer_device", "offload_param_device"):
-        value = str(ds.get(key, "none"))
-        if value not in OFFLOAD_DEVICES:
-            raise SpecError(f"'launcher.config_file' '{path}': deepspeed_config.{key} must be one of "
-                            f"{', '.join(OFFLOAD_DEVICES)}, got {value!r}")
-    if str(ds.get("offload_param_device", "none")) != "none" and stage != 3:
-        raise SpecError(f"'launcher.config_file' '{path}': offload_param_device needs zero_stage 3, got stage {stage}")
+    deepspeed_settings(data, path)
+    problem = deepspeed_problem()
+    if problem:
+        raise SpecError(f"'launcher.config_file' '{path}' is a DeepSpeed config but DeepSpeed {problem}; install the "
+                        f"optional extra on a GPU machine: {DEEPSPEED_FIX} (or use {shipped_config(DEFAULT_CONFIG)})")
     if device == "cpu":
-        raise SpecError(f"'launcher.config_file' '{path}' is a DeepSpeed config, which needs GPUs (DeepSpeed's CPU "
-                        f"support is limited); run it on a GPU machine, or use {shipped_config(DEFAULT_CONFIG)}")
-    if importlib.util.find_spec("deepspeed") is None:
-        raise SpecError(f"'launcher.config_file' '{path}' is a DeepSpeed config but DeepSpeed is not installed; "
-                        f"pip install deepspeed (on a GPU machine), or use {shipped_config(DEFAULT_CONFIG)}")
+        raise SpecError(f"'launcher.config_file' '{path}' is a DeepSpeed config, which needs GPUs (the suite does not "
+                        f"run DeepSpeed on a CPU); run it on a GPU machine, or use {shipped_config(DEFAULT_CONFIG)}")
+
+
+def config_strategy(data: Mapping[str, Any], path: Path) -> str:
+    """What an accelerate config asks for: ``ddp`` (MULTI_GPU, MULTI_CPU, NO) or ``deepspeed-zero<stage>``, with
+    ``-offload`` when the optimizer state or the weights are offloaded. The config must have passed
+    :func:`check_config`."""
+    if str(data.get("distributed_type", "NO")) != "DEEPSPEED":
+        return "ddp"
+    ds = deepspeed_settings(data, path)
+    offload = any(ds[k] != "none" for k in ("offload_optimizer_device", "offload_param_device"))
+    return f"deepspeed-zero{ds['zero_stage']}" + ("-offload" if offload else "")
 
 
 def validate_launcher(spec: Any) -> None:
@@ -146,7 +223,7 @@ def validate_launcher(spec: Any) -> None:
 def data_parallel(method: str) -> bool:
     """Whether a method's recipe maps the matched budget onto several processes: every suite-engine method
     (baselines.rollout_engine shards each step's prompts) and recipes that declare ``DATA_PARALLEL = True``
-    (TRL's GRPO). The others (TRL's DPO) run as one process under a launcher, and their result says so."""
+    (TRL's GRPO and DPO). Any other runs as one process under a launcher, and its result says so."""
     from bench.registry import recipe
 
     module = recipe(method)
@@ -261,18 +338,28 @@ def finish() -> None:
 
 
 def parallel_settings(spec: Any, method: str) -> dict[str, Any]:
-    """settings["parallel"] of a method run under a launcher: the layout the report's "what differs" shows."""
+    """settings["parallel"] of a method run under a launcher: the layout the report's "what differs" shows.
+
+    ``strategy`` is what ran, ``config_strategy`` what the accelerate config asks for (:func:`config_strategy`).
+    TRL's trainers follow the config (accelerate hands them DeepSpeed); the suite engine wraps its trained networks
+    in torch DDP whatever the config says, so under a ZeRO config its strategy is ``ddp`` (every rank holds whole
+    networks and optimizer state) and ``note`` says so.
+    """
     n = processes_for(spec, method)
     if n == 1 and not data_parallel(method):
         return {"launcher": "none", "processes": 1, "backend": None,
                 "note": "not mapped onto several processes (the matched budget would change): one process"}
-    kind = str(read_config(config_path(spec)).get("distributed_type", "NO"))
+    path = config_path(spec)
+    asked = config_strategy(read_config(path), path)
     from bench.registry import engine
 
-    # The suite engine wraps its trained networks in DDP whatever the config says; TRL's trainers follow it.
-    strategy = "ddp" if engine(method) == "suite" or kind != "DEEPSPEED" else "deepspeed"
-    return {"launcher": spec.launcher.name, "processes": n, "backend": backend(), "strategy": strategy,
-            "prompts_per_rank_per_step": spec.train.prompts_per_step // n}
+    strategy = "ddp" if engine(method) == "suite" else asked
+    out = {"launcher": spec.launcher.name, "processes": n, "backend": backend(), "strategy": strategy,
+           "config_strategy": asked, "prompts_per_rank_per_step": spec.train.prompts_per_step // n}
+    if strategy != asked:
+        out["note"] = (f"the config asks for {asked}; the suite engine does not shard: it ran DDP, each rank holding "
+                       f"whole trained networks, gradients and optimizer state")
+    return out
 
 
 def launcher_environment(spec: Any) -> dict[str, Any]:
@@ -288,9 +375,13 @@ def launcher_environment(spec: Any) -> dict[str, Any]:
         config: dict[str, Any] | None = read_config(path)
     except SpecError:
         config = None
+    try:
+        deepspeed_version: str | None = version("deepspeed")
+    except PackageNotFoundError:
+        deepspeed_version = None
     return {"name": os.environ.get(LAUNCHER_ENV) or spec.launcher.name, "processes": world_size(),
             "backend": backend(), "config_file": str(path), "config": config, "accelerate": accelerate_version,
-            "deepspeed_installed": importlib.util.find_spec("deepspeed") is not None}
+            "deepspeed": deepspeed_version, "deepspeed_installed": deepspeed_version is not None}
 
 
 def write_rank_file(run_dir: Path, result: Mapping[str, Any], prompt_ids: list[int]) -> Path:
@@ -381,4 +472,5 @@ def merge_rank_files(run_dir: Path) -> dict[str, Any] | None:
 
 
 __all__ = ["validate_launcher", "worker_launch", "merge_rank_files", "init_process_group", "write_rank_file",
-           "mean_across_ranks", "parallel_settings", "launcher_environment", "shipped_config"]
+           "mean_across_ranks", "parallel_settings", "launcher_environment", "shipped_config", "check_config",
+           "config_strategy", "deepspeed_settings", "deepspeed_problem"]

@@ -1,8 +1,9 @@
 """Several processes per method run through accelerate (issue 14; bench.launch).
 
 The launched run: `bench run --preset cpu-quick --launcher accelerate --num-processes 2` at a smaller size, on
-gloo (no GPU here): each rank of the engine's GRPO (and TRL's GRPO) trained on its own prompts, every rank's
-memory is recorded, and the result keeps the one-process result's shape. The rest checks the plumbing: the
+gloo (no GPU here): each rank of the engine's GRPO and PPO, TRL's GRPO and TRL's DPO trained on its own prompts (DPO:
+its own pairs, together the one-process run's pairs of each step), every rank's memory is recorded, and the result
+keeps the one-process result's shape. The DeepSpeed configs are checked in test_deepspeed_config.py. The rest checks the plumbing: the
 spec and CLI validation, the shipped accelerate configs, the command the runner starts, the merge of the ranks.
 """
 
@@ -20,10 +21,12 @@ from bench.results import empty_result, write_json_atomic
 from bench.spec import load_spec
 
 SMALL = ["warm_start.steps=20", "train.steps=2", "task.test_size=8", "eval.batch_size=8",
-         "methods.ppo.enabled=false", "methods.dpo.enabled=false"]
+         "methods.ppo.enabled=false"]
 """cpu-quick cut to what the launched run needs: a short warm start, two steps, eight test questions; the methods
-that need no reward model (TRL's GRPO, the engine's GRPO and PPO with the verifier reward)."""
-LAUNCHED = ["grpo", "grpo_engine", "ppo_verifier"]
+that need no reward model (TRL's GRPO, the engine's GRPO and PPO with the verifier reward, DPO on the pool's pairs)."""
+ONLINE = ["grpo", "grpo_engine", "ppo_verifier"]
+"""The launched methods that sample: their completions are counted over the ranks."""
+LAUNCHED = [*ONLINE, "dpo"]
 
 
 def _error(overrides: list[str]) -> str:
@@ -72,33 +75,6 @@ def test_shipped_configs_load_in_accelerate(name: str) -> None:
         assert (config.deepspeed_config["offload_param_device"] == "cpu") == name.endswith("offload")
 
 
-@pytest.mark.parametrize("name", ["zero2", "zero3", "zero3_offload"])
-def test_deepspeed_configs_are_refused_on_a_cpu_with_one_line(name: str) -> None:
-    path = launch.shipped_config(name)
-    message = _error(["launcher.name=accelerate", f"launcher.config_file={path}"])
-    assert "DeepSpeed config, which needs GPUs" in message
-
-
-def test_deepspeed_config_checks(tmp_path: Path) -> None:
-    """Stage and offload devices are checked; on a GPU spec a missing DeepSpeed package is named."""
-    import importlib.util
-
-    bad = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 5}}
-    with pytest.raises(SpecError, match="zero_stage must be 0, 1, 2 or 3"):
-        launch.check_config(bad, tmp_path / "x.yaml", "cuda")
-    bad = {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 2, "offload_param_device": "cpu"}}
-    with pytest.raises(SpecError, match="offload_param_device needs zero_stage 3"):
-        launch.check_config(bad, tmp_path / "x.yaml", "cuda")
-    with pytest.raises(SpecError, match="not supported by the suite"):
-        launch.check_config({"distributed_type": "FSDP"}, tmp_path / "x.yaml", "cuda")
-    zero3 = launch.read_config(launch.shipped_config("zero3"))
-    if importlib.util.find_spec("deepspeed") is None:
-        with pytest.raises(SpecError, match="DeepSpeed is not installed"):
-            launch.check_config(zero3, launch.shipped_config("zero3"), "cuda")
-    else:
-        launch.check_config(zero3, launch.shipped_config("zero3"), "cuda")
-
-
 def test_cli_flags_map_to_the_spec_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
     proc = run_bench("run", "--preset", "cpu-quick", "--launcher", "accelerate", "--num-processes", "0", "--dry-run")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -130,6 +106,25 @@ def test_trl_grpo_gets_its_share_of_the_step_per_process(tmp_path: Path, monkeyp
     assert config.num_generations == 6
 
 
+@pytest.mark.parametrize("processes, micro, per_device, accumulation", [(1, 0, 4, 1), (2, 0, 2, 1), (2, 1, 1, 2),
+                                                                     (4, 0, 1, 1)])
+def test_dpo_gets_its_share_of_the_pairs_per_process(processes: int, micro: int, per_device: int,
+                                                     accumulation: int) -> None:
+    """per_device x accumulation x N = prompts_per_step pairs per optimizer step, as in the one-process run."""
+    from baselines.dpo import per_device_batching
+
+    spec = load_spec("cpu-quick", ["train.prompts_per_step=4", f"train.micro_batch_size={micro}"])
+    assert per_device_batching(spec, processes) == (per_device, accumulation)
+    assert per_device * accumulation * processes == 4
+
+
+def test_a_dpo_micro_batch_that_does_not_split_a_ranks_pairs_is_refused() -> None:
+    only_dpo = [f"methods.{m}.enabled=false" for m in ("grpo", "grpo_engine", "ppo", "ppo_verifier", "control")]
+    message = _error(["launcher.name=accelerate", "launcher.num_processes=2", "train.prompts_per_step=6",
+                      "train.micro_batch_size=2", *only_dpo])
+    assert "'train.micro_batch_size' (2) must divide the pairs per process (2 processes) per step (3)" in message
+
+
 def test_a_micro_batch_that_does_not_split_a_ranks_share_is_refused() -> None:
     message = _error(["launcher.name=accelerate", "launcher.num_processes=2", "train.micro_batch_size=4",
                       "methods.grpo_engine.enabled=false", "train.prompts_per_step=2", "train.group_size=6"])
@@ -148,7 +143,7 @@ def test_method_runs_start_through_accelerate_and_stages_do_not(tmp_path: Path) 
     assert command[-3:] == ["-m", "bench.worker", str(tmp_path)]
     assert env[launch.LAUNCHER_ENV] == "accelerate" and not (tmp_path / "rank1.json").exists()
     assert launch.worker_launch(spec, "method", "grpo", tmp_path, {})[0] is not None  # TRL GRPO maps its budget
-    assert launch.worker_launch(spec, "method", "dpo", tmp_path, {})[0] is None  # DPO does not: one process
+    assert launch.worker_launch(spec, "method", "dpo", tmp_path, {})[0] is not None  # and so does TRL's DPO
     assert launch.worker_launch(spec, "stage", "warm_start", tmp_path, {})[0] is None
     plain = load_spec("cpu-quick")
     assert launch.worker_launch(plain, "method", "grpo_engine", tmp_path, {"A": "1"}) == (None, {"A": "1"})
@@ -215,6 +210,21 @@ def test_two_ranks_train_on_different_prompts(launched: Path, method: str) -> No
     assert sorted(ids[0] + ids[1]) == list(range(t["steps"] * t["prompts_per_step"]))  # ... the step's, together
 
 
+def test_dpo_ranks_take_the_one_process_runs_pairs_of_every_step(launched: Path) -> None:
+    """The one-process DPO run takes the pairs of each step from one seeded permutation (the Trainer's random
+    sampler, made seedable by accelerate: torch.randperm seeded with the run's seed); under two ranks every rank
+    draws the same permutation and takes every other batch, so each step trains on the same pairs."""
+    import torch
+
+    t = json.loads((launched / "suite.json").read_text())["spec"]["train"]
+    ids = [json.loads((launched / "runs" / "dpo-s0" / f"rank{k}.json").read_text())["prompt_ids"] for k in (0, 1)]
+    order = torch.randperm(t["steps"] * t["prompts_per_step"], generator=torch.Generator().manual_seed(0)).tolist()
+    share = t["prompts_per_step"] // 2
+    for step in range(t["steps"]):
+        trained = ids[0][step * share:(step + 1) * share] + ids[1][step * share:(step + 1) * share]
+        assert sorted(trained) == sorted(order[step * t["prompts_per_step"]:(step + 1) * t["prompts_per_step"]])
+
+
 @pytest.mark.parametrize("method", LAUNCHED)
 def test_gradients_are_averaged_over_the_ranks(launched: Path, method: str) -> None:
     """Different prompts, yet both ranks end with the same weights: the same change from the same start
@@ -234,10 +244,11 @@ def test_per_rank_memory_and_counts_across_ranks(launched: Path, method: str) ->
     assert [r["rank"] for r in memory["ranks"]] == [0, 1] and all(p > 50 * 2**20 for p in peaks)
     assert {r["source"] for r in memory["ranks"]} == {"cpu-rss"}
     assert memory["peak_bytes_max"] == max(peaks) == memory["peak_bytes"] and memory["peak_bytes_sum"] == sum(peaks)
-    # the matched budget over both ranks: steps x prompts_per_step x G completions
     t = spec["train"]
-    assert throughput["completions"] == t["steps"] * t["prompts_per_step"] * t["group_size"]
-    assert [r["completions"] for r in throughput["per_rank"]] == [throughput["completions"] // 2] * 2
+    assert [r["prompts"] for r in throughput["per_rank"]] == [t["steps"] * t["prompts_per_step"] // 2] * 2
+    if method in ONLINE:  # the matched budget over both ranks: steps x prompts_per_step x G completions
+        assert throughput["completions"] == t["steps"] * t["prompts_per_step"] * t["group_size"]
+        assert [r["completions"] for r in throughput["per_rank"]] == [throughput["completions"] // 2] * 2
     assert result["settings"]["parallel"]["processes"] == 2 and result["settings"]["parallel"]["backend"] == "gloo"
     launcher = result["environment"]["launcher"]
     assert launcher["name"] == "accelerate" and launcher["processes"] == 2
