@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_score_arguments(score)
     score.set_defaults(func=_cmd_score)
 
-    data = sub.add_parser("data", help="show or export the exact train and test splits a preset uses",
+    data = sub.add_parser("data", help="show or export the exact train, validation and test splits a preset uses",
                           description="Print each split's size and the train/test overlap checks; with --export DIR "
                                       "write DIR/train.jsonl and DIR/test.jsonl (GSM8K columns question, answer).")
     from bench.data_export import add_data_arguments
