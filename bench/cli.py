@@ -191,8 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     data = sub.add_parser("data", help="show or export the exact train, validation and test splits a preset uses",
                           description="Print each split's size and the train/test overlap checks; with --export DIR "
-                                      "write DIR/train.jsonl, DIR/test.jsonl and, when the task carves one, DIR/validation.jsonl "
-                                      "(GSM8K columns question, answer).")
+                                      "write DIR/train.jsonl, DIR/test.jsonl and, when the task carves one, "
+                                      "DIR/validation.jsonl (GSM8K columns question, answer).")
     from bench.data_export import add_data_arguments
 
     add_data_arguments(data)
