@@ -385,3 +385,4 @@ def test_headline_says_which_methods_were_tuned_on_validation(tmp_path: Path) ->
     note = next(n for n in headline_table(load_suite(suite_dir)).notes if n.startswith("Hyperparameters"))
     assert "DPO (TRL, pool pairs): tuned on validation (3 grid points, n = 500, seeds [0, 1]" in note, note
     assert "validation 50.0%" in note and "untuned defaults: GRPO (TRL)" in note, note
+    assert "chosen learning_rate = 3e-05," in note, note

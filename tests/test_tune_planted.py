@@ -220,4 +220,4 @@ def test_a_tune_picks_the_planted_best_never_reads_test_and_its_preset_reproduce
     # The report says the method ran at tuned values, with the grid's size, n questions and seeds.
     summary = (run_dir / "summary.md").read_text(encoding="utf-8")
     assert (f"Stub (planted score): tuned on validation (2 grid points, n = {VALIDATION_SIZE}, seeds [0]; "
-            f"chosen {{'methods.stub.learning_rate': 0.001}}, validation 100.0%)") in summary, summary
+            f"chosen learning_rate = 0.001, validation 100.0%)") in summary, summary

@@ -9,6 +9,7 @@ pairs), and compares peak memory only between runs whose readings share a source
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 from statistics import mean, stdev
 
 from bench.report import fmt, tables
@@ -140,11 +141,22 @@ def tuning_note(suite: Suite) -> str:
             n_points = points if isinstance(points, int) else len(points or entry.get("scores") or [])
             tuned[label] = (f"{label}: tuned on validation ({n_points} grid points, "
                             f"n = {entry.get('n_questions', fmt.MISSING)}, seeds {entry.get('seeds', fmt.MISSING)}; "
-                            f"chosen {entry.get('chosen')}, validation {mean_text})")
+                            f"chosen {_chosen_text(entry.get('chosen'))}, validation {mean_text})")
         else:
             untuned.append(label)
     parts = list(tuned.values()) + ([f"untuned defaults: {', '.join(untuned)}"] if untuned else [])
     return "Hyperparameters: " + "; ".join(parts) + " (bench tune picks each method's values on a validation split)."
+
+
+def _chosen_text(chosen: Any) -> str:
+    """A tune's chosen values as ``key = value`` pairs, the method's own keys without ``methods.<name>.``
+    (``learning_rate = 0.001, reward_model.epochs = 4``)."""
+    if not isinstance(chosen, dict) or not chosen:
+        return fmt.MISSING if chosen is None else str(chosen)
+    def short(key: str) -> str:
+        parts = key.split(".")
+        return ".".join(parts[2:]) if parts[0] == "methods" and len(parts) > 2 else key
+    return ", ".join(f"{short(str(key))} = {value}" for key, value in chosen.items())
 
 
 def _best(values: list[dict[int, float | None]], sources: list[str | None]) -> set[tuple[int, int]]:
