@@ -97,8 +97,9 @@ def read_config(path: Path) -> dict[str, Any]:
 def deepspeed_settings(data: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """A DeepSpeed accelerate config's ZeRO settings: ``{"zero_stage", "offload_optimizer_device",
     "offload_param_device"}``, from its ``deepspeed_config`` block or from the DeepSpeed JSON that the block names
-    (``deepspeed_config_file``, as a path or relative to the accelerate config's folder). SpecError (one line, naming
-    the file and the fix) for a missing block, an unreadable JSON, a stage that is not 0-3 or an unknown offload."""
+    (``deepspeed_config_file``; a relative path is read from the current folder, as accelerate does). SpecError
+    (one line, naming the file and the fix) for a missing block, an unreadable JSON, a stage that is not 0-3 or an
+    unknown offload device."""
     where = f"'launcher.config_file' '{path}'"
     ds = data.get("deepspeed_config")
     if not isinstance(ds, dict):
@@ -124,14 +125,12 @@ def deepspeed_settings(data: Mapping[str, Any], path: Path) -> dict[str, Any]:
 def _deepspeed_json_settings(json_path: Path, config: Path) -> dict[str, Any]:
     """The ``deepspeed_config`` keys read from a DeepSpeed JSON (``zero_optimization.stage`` and its offload
     devices; DeepSpeed's default stage is 0)."""
-    if not json_path.is_absolute() and not json_path.is_file():
-        json_path = config.parent / json_path
     where = f"'launcher.config_file' '{config}': deepspeed_config_file '{json_path}'"
     try:
         data = json.loads(json_path.read_text(encoding="utf-8"))
     except OSError:
-        raise SpecError(f"{where} does not exist; give the DeepSpeed JSON's path, or set deepspeed_config.zero_stage "
-                        f"in the accelerate config instead") from None
+        raise SpecError(f"{where} does not exist (a relative path is read from the current folder, as accelerate "
+                        f"does); give the DeepSpeed JSON's path, or set deepspeed_config.zero_stage instead") from None
     except ValueError as exc:
         raise SpecError(f"{where} is not valid JSON ({type(exc).__name__}); fix its syntax") from None
     zero = data.get("zero_optimization", {}) if isinstance(data, dict) else None

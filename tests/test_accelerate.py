@@ -3,8 +3,8 @@
 The launched run: `bench run --preset cpu-quick --launcher accelerate --num-processes 2` at a smaller size, on
 gloo (no GPU here): each rank of the engine's GRPO and PPO, TRL's GRPO and TRL's DPO trained on its own prompts (DPO:
 its own pairs, together the one-process run's pairs of each step), every rank's memory is recorded, and the result
-keeps the one-process result's shape. The DeepSpeed configs are checked in test_deepspeed_config.py. The rest checks the plumbing: the
-spec and CLI validation, the shipped accelerate configs, the command the runner starts, the merge of the ranks.
+keeps the one-process result's shape. The rest checks the plumbing: the spec and CLI validation, the shipped
+accelerate configs, the command the runner starts, the merge of the ranks (DeepSpeed: test_deepspeed_config.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from bench.results import empty_result, write_json_atomic
 from bench.spec import load_spec
 
 SMALL = ["warm_start.steps=20", "train.steps=2", "task.test_size=8", "eval.batch_size=8",
-         "methods.ppo.enabled=false"]
+         "methods.ppo.enabled=false", "sample_pool.prompts=8", "sample_pool.pairs=gold"]
 """cpu-quick cut to what the launched run needs: a short warm start, two steps, eight test questions; the methods
-that need no reward model (TRL's GRPO, the engine's GRPO and PPO with the verifier reward, DPO on the pool's pairs)."""
+that need no reward model (TRL's GRPO, the engine's GRPO and PPO with the verifier reward, DPO on the pool's pairs).
+DPO's pool: eight prompts, gold-vs-sampled pairs (after 20 warm-start steps the policy is rarely right, so verifier
+pairs could be none)."""
 ONLINE = ["grpo", "grpo_engine", "ppo_verifier"]
 """The launched methods that sample: their completions are counted over the ranks."""
 LAUNCHED = [*ONLINE, "dpo"]

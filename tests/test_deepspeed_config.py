@@ -138,15 +138,17 @@ def test_the_deepspeed_json_a_config_names_is_checked(tmp_path: Path, ds_json: s
     json_path = tmp_path / "ds.json"
     if ds_json is not None:
         json_path.write_text(ds_json, encoding="utf-8")
-    path = _config(tmp_path, _deepspeed_yaml("  deepspeed_config_file: ds.json\n"))  # relative to the config
+    path = _config(tmp_path, _deepspeed_yaml(f"  deepspeed_config_file: {json_path}\n"))
     message = _error([*LAUNCHED, f"launcher.config_file={path}"])
     assert expected.format(json=json_path) in message
 
 
-def test_the_stage_and_offload_come_from_the_deepspeed_json(tmp_path: Path) -> None:
+def test_the_stage_and_offload_come_from_the_deepspeed_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative deepspeed_config_file is read from the current folder, where accelerate reads it."""
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "none"}}}), encoding="utf-8")
-    path = _config(tmp_path, _deepspeed_yaml(f"  deepspeed_config_file: {tmp_path / 'ds.json'}\n"))
+    monkeypatch.chdir(tmp_path)
+    path = _config(tmp_path, _deepspeed_yaml("  deepspeed_config_file: ds.json\n"))
     data = launch.read_config(path)
     assert launch.deepspeed_settings(data, path) == {
         "zero_stage": 3, "offload_optimizer_device": "cpu", "offload_param_device": "none"}
