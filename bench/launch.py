@@ -59,6 +59,9 @@ DEEPSPEED_FIX = "pip install '.[deepspeed]'"
 IMPORT_TIMEOUT_S = 120.0
 """How long the check that DeepSpeed imports may take (it runs in a child process: importing DeepSpeed imports torch
 and probes the accelerator, which the runner process should not pay for or be changed by)."""
+DEEPSPEED_OK_ENV = "BENCH_DEEPSPEED_IMPORTS"
+"""Set (to the interpreter's path) once DeepSpeed imported: every worker and rank validates the spec again, and
+inherits this instead of importing DeepSpeed once more just to check."""
 
 
 # -- the spec -----------------------------------------------------------------------------------
@@ -147,15 +150,19 @@ def _deepspeed_json_settings(json_path: Path, config: Path) -> dict[str, Any]:
 
 def deepspeed_problem() -> str | None:
     """None when ``import deepspeed`` works in this interpreter, else why not ("is not installed", or "does not
-    import (ImportError: ...)" with the last line of its error). The import runs in a child process."""
+    import (ImportError: ...)" with the last line of its error). The import runs in a child process, once per suite
+    (:data:`DEEPSPEED_OK_ENV`)."""
     if importlib.util.find_spec("deepspeed") is None:
         return "is not installed"
+    if os.environ.get(DEEPSPEED_OK_ENV) == sys.executable:
+        return None
     try:
         proc = subprocess.run([sys.executable, "-c", "import deepspeed"], capture_output=True, text=True,
                               timeout=IMPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"did not import within {IMPORT_TIMEOUT_S:g} s"
     if proc.returncode == 0:
+        os.environ[DEEPSPEED_OK_ENV] = sys.executable
         return None
     lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
     return f"is installed but does not import ({lines[-1] if lines else f'exit status {proc.returncode}'})"

@@ -14,6 +14,7 @@ A stand-in ``deepspeed`` package on PYTHONPATH plays "installed" (importing or f
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,7 @@ def stand_in_deepspeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         (package / "__init__.py").write_text(body, encoding="utf-8")
         monkeypatch.syspath_prepend(str(package.parent))
         monkeypatch.setenv("PYTHONPATH", str(package.parent))
+        monkeypatch.setenv(launch.DEEPSPEED_OK_ENV, "")  # no earlier check counts (and the value is restored)
 
     return install
 
@@ -88,8 +90,16 @@ def test_a_deepspeed_that_does_not_import_is_named_with_its_error(stand_in_deeps
     assert "pip install '.[deepspeed]'" in message
 
 
-def test_with_deepspeed_importing_a_cpu_spec_is_still_refused_and_a_gpu_spec_passes(stand_in_deepspeed) -> None:
+def test_with_deepspeed_importing_a_cpu_spec_is_still_refused_and_a_gpu_spec_passes(
+        stand_in_deepspeed, monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in_deepspeed("__version__ = '0.0.0'\n")
+    assert launch.deepspeed_problem() is None
+    # once it imported, the workers (which inherit the environment) do not import it again to check
+    import os
+    import subprocess
+
+    assert os.environ[launch.DEEPSPEED_OK_ENV] == sys.executable
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("DeepSpeed's import was checked again"))
     assert launch.deepspeed_problem() is None
     message = _error([*LAUNCHED, f"launcher.config_file={launch.shipped_config('zero2')}"])
     assert "is a DeepSpeed config, which needs GPUs" in message
