@@ -346,15 +346,16 @@ class LauncherSpec:
     """Several processes per method run (bench.launch; `bench run --launcher accelerate --num-processes N`)."""
 
     name: Literal["none", "accelerate"] = "none"
-    """none: each run is one process; accelerate: each method run that maps its budget onto several processes
-    (the suite engine's methods, TRL's GRPO) is started by `accelerate launch` as num_processes ranks, each on its
-    shard of every step's prompts; shared stages and TRL's DPO stay one process."""
+    """none: each run is one process; accelerate: each method run (the suite engine's methods, TRL's GRPO and DPO)
+    is started by `accelerate launch` as num_processes ranks, each on its shard of every step's prompts (DPO: of
+    every step's pool pairs); shared stages stay one process."""
     num_processes: int = 1
     """Ranks per method run (>= 1; > 1 needs name accelerate). train.prompts_per_step must divide by it. More than
     one on a CPU-only machine runs over gloo (a test of the path, not a speed-up)."""
     config_file: str | None = None
     """An accelerate config file (null: the shipped bench/accelerate/ddp.yaml); shipped: ddp, zero2, zero3,
-    zero3_offload (DeepSpeed ones need GPUs and DeepSpeed)."""
+    zero3_offload (DeepSpeed ones need GPUs and DeepSpeed: pip install '.[deepspeed]'; they shard TRL's GRPO and
+    DPO, while the suite engine runs DDP under them and records so in settings.parallel)."""
 
 
 def _default_methods() -> dict[str, Any]:

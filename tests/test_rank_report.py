@@ -83,7 +83,7 @@ def test_each_rank_peak_with_its_source_the_max_and_the_sum(tmp_path: Path) -> N
 def test_gpu_runs_get_a_row_per_source_and_a_missing_reading_is_not_measured(tmp_path: Path) -> None:
     suite_dir = write_suite(tmp_path, methods=("grpo", "ppo_verifier"))
     _edit(suite_dir, "grpo-s0", _launched({"cuda-allocated": [30 * GIB, 31 * GIB], "nvml-process": [34 * GIB, None]},
-                                          strategy="deepspeed", backend="nccl",
+                                          strategy="deepspeed-zero3-offload", backend="nccl",
                                           config={"distributed_type": "DEEPSPEED",
                                                   "deepspeed_config": {"zero_stage": 3, "offload_param_device": "cpu",
                                                                        "offload_optimizer_device": "cpu"}}))

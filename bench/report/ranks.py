@@ -7,7 +7,7 @@ Two tables, both built from result files alone (no torch):
   (memory per device: what decides whether the run fits) and their sum (over every device), beside the layout
   (launcher, strategy, process count, backend). Read from ``memory.ranks`` / ``memory.peak_bytes_max`` /
   ``memory.peak_bytes_sum`` (bench.launch.merge_rank_files) and ``settings.parallel`` (bench.launch
-  .parallel_settings); a one-process run of the same suite (TRL's DPO) is rank 0 alone. Every number carries its
+  .parallel_settings); a one-process run of the same suite is rank 0 alone. Every number carries its
   source (cuda-allocated, nvml-process, cpu-rss, ...). A reading of 0 bytes, or a GPU reading of a run whose
   headline source is cpu-rss (a CPU run), is "not measured", never a 0.
 - :func:`backend_table` ("Generation backend"), for suites where some method generated with vLLM
@@ -108,9 +108,12 @@ def layout(run: Run) -> dict[str, Any]:
     launcher_env = (run.result.get("environment") or {}).get("launcher") or {}
     n = processes(run)
     strategy = parallel.get("strategy")
-    if strategy == "deepspeed":
+    if isinstance(strategy, str) and strategy.startswith("deepspeed"):
+        # bench.launch.config_strategy names it deepspeed-zero<k>[-offload]; the config says what is offloaded.
         ds = ((launcher_env.get("config") or {}).get("deepspeed_config") or {})
         stage = ds.get("zero_stage")
+        if stage is None and strategy.startswith("deepspeed-zero"):
+            stage = strategy.removeprefix("deepspeed-zero").split("-")[0]
         if stage is not None:
             strategy = f"deepspeed ZeRO-{stage}"
         offload = [f"{what} to {ds[key]}" for what, key in (("optimizer", "offload_optimizer_device"),
@@ -195,8 +198,8 @@ def rank_memory_table(suite: Suite) -> fmt.Table:
              "(readings of different sources are not comparable). Max over ranks: memory per device, what decides "
              "whether the run fits (the run's headline peak). Sum over ranks: the peaks added up over every "
              "device; ranks need not peak at the same moment, so it is an upper bound on the simultaneous total.",
-             "A one-process run (a method whose recipe does not map the matched budget onto several processes, "
-             "e.g. TRL's DPO) is its rank 0 alone. 'not measured': no reading (a GPU counter of a CPU run is "
+             "A one-process run (a method whose recipe does not map the matched budget onto several processes) "
+             "is its rank 0 alone. 'not measured': no reading (a GPU counter of a CPU run is "
              "never shown as 0); the max and sum are then not measured either."]
     if any(r["source"] == CPU_SOURCE for r in rows_raw):
         notes.append("cpu-rss: each rank's resident set (its own process tree, the Python runtime included); ranks "
