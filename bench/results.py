@@ -56,6 +56,10 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
                        "shared_with": [str]}}  # those earlier roles, e.g. ["actor"] for a LoRA reference (the
                                        # actor's base with adapters off: no weights of its own); NET: actor,
                                        # critic, reward, reference (bench.telemetry.accounting)
+    # Several processes (bench.launch.merge_rank_files), with peak_bytes then the max over the ranks:
+    "ranks": [{"rank": int, "peak_bytes": int | null, "source": str, ...}],  # each rank's own readings
+    "peak_bytes_max": int, "peak_bytes_sum": int,   # over the ranks (max: memory per device; sum: an upper bound)
+    "peak_bytes_rank0": int | null, "peak_scope": str   # rank 0's own peak; what peak_bytes is a peak of
   },
   "throughput": {
     "wall_s": float,                   # the whole worker, load + train + eval
@@ -69,7 +73,8 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
     "completions": int, "generated_tokens": int, "trained_tokens": int | null,
     "completions_per_s": float | null, "tokens_per_s": float | null,   # generated tokens per train second
     "trained_tokens_per_s": float | null,
-    "step_s_median": float | null, "step_s_p90": float | null
+    "step_s_median": float | null, "step_s_p90": float | null,
+    "processes": int                   # several processes only: completions and tokens are summed over the ranks
   },
   "phases": {PHASE: {"time_s": float, "count": int}},   # PHASE: generation, reward, reference, critic,
                                                         # advantage (suite engine only), update, evaluation,
@@ -111,6 +116,12 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
                                        # has its own adapters + a trained value head, else trains every weight)
                "reference": str,       # suite engine with LoRA: "the actor's base model with its adapters
                                        # disabled (shares the actor's weights)"
+               "parallel": {"launcher": "none" | "accelerate", "processes": int, "backend": str | null,
+                            "strategy": "ddp" | "deepspeed-zero<k>[-offload]",   # what ran
+                            "config_strategy": str,  # what the accelerate config asked for (bench.launch)
+                            "note": str},            # e.g. the suite engine ran DDP under a ZeRO config
+               "generation_backend": "transformers" | "vllm",   # TRL GRPO (baselines/grpo.py); absent: transformers
+               "vllm": {"mode": "colocate", "gpu_memory_utilization": float, ...},   # with the vllm backend only
                "generation": {GenerationConfig field: value}},  # sampling settings (online methods, pool)
                                                         # LENGTHS = {"max_length": int (tokens), "examples": int,
                                                         #   "truncated": int, "dropped": int, "longest": int
