@@ -38,6 +38,19 @@ RLHF with PPO"; TRL's GRPOTrainer):
   logged; only rank 0 evaluates and writes the result (bench.worker). Each rank normalises its loss over its own
   completions and DDP averages: the global loss for per-sequence aggregations (grpo), a mean of the ranks' token
   means for token-mean ones; PPO whitens advantages per rank. With one process nothing of this runs.
+- DeepSpeed ZeRO (an accelerate config with a ZeRO stage 1-3, ``bench.launch.engine_zero``): instead of DDP, the
+  actor and the critic, each with its AdamW, go through ``deepspeed.initialize`` (one DeepSpeed engine per trained
+  network: accelerate's Accelerator prepares one DeepSpeed model per plugin, and PPO trains two with separate
+  optimizers and learning rates). The DeepSpeed config is built from the accelerate config's stage and offload
+  devices: fp32 weights and master weights (bench.precision's bf16 autocast stays the suite's), gradient clipping
+  at train.max_grad_norm (DeepSpeed clips, over the shards), no DeepSpeed scheduler (the engine's schedule steps per
+  rollout). The loss is backpropagated with ``loss.backward()`` (DeepSpeed's hooks reduce each network's gradients
+  at the minibatch's last micro-batch, the accumulation boundary the engine sets), then each DeepSpeed engine
+  steps. Under ZeRO-3 the trained weights are partitioned over the ranks: generation runs inside a gather of the
+  actor's parameters with DeepSpeed's forward hooks removed (TRL's ``unwrap_model_for_generation``), the weight
+  snapshots are taken inside a gather, and after training rank 0 holds a whole copy of the actor and critic for
+  evaluation and accounting. The reference and the reward model stay whole and frozen on every rank (replicated,
+  not ZeRO-3 inference engines). Stage 0 runs DDP.
 """
 
 from __future__ import annotations
@@ -302,6 +315,7 @@ class Engine:
                               else freeze(load_causal_lm(ctx.init_model_dir, spec.model, ctx.device)))
         self.reward_model = (load_sequence_classifier(ctx.reward_model_dir, spec.model.dtype, ctx.device)
                              if reward_model else None)
+        self.critic_init = critic_init
         self.critic = (build_critic(ctx, critic_init, lora=self.lora and spec.train.lora.critic)
                        if critic_init else None)
         for net in (self.actor, self.reference, self.critic, self.reward_model):
@@ -322,7 +336,11 @@ class Engine:
         self.schedulers = [self._schedule(opt) for opt in self.optimizers.values()]
         self.micro_batch_size = spec.train.micro_batch_size
         self.rank, self.world_size = launch.rank(), launch.world_size()
-        self.ddp = self._data_parallel()
+        self.zero = launch.engine_zero(spec) if self.world_size > 1 else None
+        """The ZeRO settings the trained networks are sharded with (bench.launch.engine_zero), None: DDP or one process."""
+        self.ddp = self._data_parallel() if self.zero is None else {}
+        self.deepspeed = self._deepspeed() if self.zero is not None else {}
+        """Role -> DeepSpeed engine of the trained networks (actor, critic) under ZeRO; empty otherwise."""
         self.optimizer_steps = 0
         self.trained_tokens = 0
         self.generated_tokens = 0
@@ -349,10 +367,94 @@ class Engine:
         return {role: DistributedDataParallel(net, device_ids=ids, **no_buffer_sync)
                 for role, net in trained.items() if net is not None}
 
+    def _deepspeed(self) -> dict[str, Any]:
+        """Role -> ``deepspeed.initialize``'s engine for each trained network with its AdamW (see the module
+        docstring). The modules stay ``self.actor`` / ``self.critic`` (under ZeRO-3 partitioned in place); the
+        client AdamW keeps its param groups (DeepSpeed swaps the flat fp32 partitions in), so the engine's schedules
+        still set the learning rate."""
+        import deepspeed
+
+        launch.init_process_group(self.device)  # DeepSpeed joins the existing group (gloo on a CPU, NCCL on GPUs)
+        engines = {}
+        for role, net in (("actor", self.actor), ("critic", self.critic)):
+            if net is not None:
+                engines[role], *_ = deepspeed.initialize(model=net, optimizer=self.optimizers[role],
+                                                         config=self._deepspeed_config(), dist_init_required=False)
+        return engines
+
+    def _deepspeed_config(self) -> dict[str, Any]:
+        """DeepSpeed's config for one trained network: the ZeRO stage and offload devices of the accelerate config,
+        the engine's micro-batch, clipping at train.max_grad_norm, fp32 (the suite's autocast does the bf16).
+
+        gradient_accumulation_steps 1: the engine sets the accumulation boundary itself (the last micro-batch of a
+        minibatch) and its loss is already weighted over the whole minibatch, so DeepSpeed must not divide it.
+        A client torch AdamW is kept under optimizer offload (``zero_force_ds_cpu_optimizer`` false): the same
+        optimizer as every other layout; DeepSpeedCPUAdam would be faster."""
+        zero, per_rank = self.zero, self.spec.completions_per_step // self.world_size
+        minibatch = per_rank // self.cfg.minibatches
+        return {
+            "train_micro_batch_size_per_gpu": min(self.micro_batch_size or minibatch, minibatch),
+            "gradient_accumulation_steps": 1,
+            "gradient_clipping": self.spec.train.max_grad_norm,
+            "zero_optimization": {"stage": zero["zero_stage"],
+                                  "offload_optimizer": {"device": zero["offload_optimizer_device"]},
+                                  "offload_param": {"device": zero["offload_param_device"]}},
+            "zero_allow_untested_optimizer": True,
+            "zero_force_ds_cpu_optimizer": False,
+            "bf16": {"enabled": False},
+            "fp16": {"enabled": False},
+            "steps_per_print": 2**31 - 1,  # DeepSpeed's own progress lines: off (the suite prints its own)
+        }
+
+    @property
+    def zero3(self) -> bool:
+        """The trained networks' weights are partitioned over the ranks (ZeRO stage 3)."""
+        return self.zero is not None and self.zero["zero_stage"] == 3
+
+    def _gathered(self, role: str, without_hooks: bool = False) -> contextlib.AbstractContextManager:
+        """Under ZeRO-3, a region in which network ``role`` holds its whole weights on every rank (a collective:
+        every rank enters it together); else nothing. ``without_hooks``: DeepSpeed's per-layer fetch/release hooks
+        are removed inside, for many forwards over the gathered weights (generation), and put back after."""
+        if not self.zero3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        engine = self.deepspeed[role]
+        stack = contextlib.ExitStack()
+        stack.enter_context(deepspeed.zero.GatheredParameters(list(engine.module.parameters()), modifier_rank=None))
+        if without_hooks:
+            from trl.models.utils import add_hooks, remove_hooks
+
+            remove_hooks(engine)
+            stack.callback(add_hooks, engine)
+        return stack
+
+    def _whole_copy(self, role: str) -> nn.Module | None:
+        """Under ZeRO-3: a whole copy of trained network ``role`` on rank 0 (its shards gathered), built as the
+        engine built the network and loaded with the trained weights; None on the other ranks (a collective)."""
+        net = self.networks[role]
+        with self._gathered(role):
+            state = {k: v.detach().clone() for k, v in net.state_dict().items()} if self.rank == 0 else None
+        if state is None:
+            return None
+        if role == "actor":
+            whole = load_causal_lm(self.ctx.init_model_dir, self.spec.model, self.device, trained=True)
+            if self.lora:
+                from baselines.common import add_lora
+
+                whole = add_lora(whole, self.spec)
+        else:
+            whole = build_critic(self.ctx, self.critic_init, lora=self.lora and self.spec.train.lora.critic)
+        whole.load_state_dict(state)
+        disable_dropout(whole)
+        return whole
+
     def _through_ddp(self, model: nn.Module) -> nn.Module:
-        """The DDP wrapper of ``model`` for a forward whose gradients must be averaged over ranks, else ``model``."""
-        if self.ddp and torch.is_grad_enabled():
-            for role, wrapper in self.ddp.items():
+        """The DDP wrapper (or DeepSpeed engine) of ``model`` for a forward whose gradients must be averaged over
+        ranks, else ``model``."""
+        wrappers = self.ddp or self.deepspeed
+        if wrappers and torch.is_grad_enabled():
+            for role, wrapper in wrappers.items():
                 if self.networks.get(role) is model:
                     return wrapper
         return model
@@ -409,7 +511,8 @@ class Engine:
         enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
         prompt_ids, prompt_mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
         self.actor.eval()
-        with self.autocast(cache=False):  # no bf16 weight copies held for the whole generate call
+        # no bf16 weight copies held for the whole generate call; under ZeRO-3 the actor's whole weights
+        with self.autocast(cache=False), self._gathered("actor", without_hooks=True):
             sequences = generate(self.actor, prompt_ids, prompt_mask, self.generation)
         raw = sequences[:, prompt_ids.shape[1]:]
         # EOS presence is read before truncation: when pad == EOS the padding would look like an EOS.
@@ -540,6 +643,8 @@ class Engine:
         starts = range(0, len(rows), size)
         for start in starts:
             # Several processes: gradients are averaged once, at the minibatch's last backward (DDP no_sync before)
+            for engine in self.deepspeed.values():  # DeepSpeed reduces the gradients at the minibatch's end
+                engine.set_gradient_accumulation_boundary(start == starts[-1])
             with self._no_sync(start != starts[-1]):
                 loss, stats = loss_fn(rows[start:start + size], weights[start:start + size])
                 loss.backward()
@@ -579,11 +684,15 @@ class Engine:
                 for name, value in self.accumulate(loss_fn, rows, weights).items():
                     sums[name] = sums.get(name, 0) + value
                 for role, opt in self.optimizers.items():
-                    norm = torch.nn.utils.clip_grad_norm_(self.networks[role].parameters(),
-                                                          self.spec.train.max_grad_norm)
+                    if role in self.deepspeed:  # DeepSpeed clips (over the shards) and steps
+                        self.deepspeed[role].step()
+                        norm = self.deepspeed[role].get_global_grad_norm()
+                    else:
+                        norm = torch.nn.utils.clip_grad_norm_(self.networks[role].parameters(),
+                                                              self.spec.train.max_grad_norm)
+                        opt.step()
                     if role == "actor":
                         grad_norms.append(float(norm))  # before clipping: what clip_grad_norm_ returns
-                    opt.step()
                 self.trained_tokens += int(batch.attention_mask[rows].sum())
                 updates += 1
         for scheduler in self.schedulers:
@@ -600,7 +709,8 @@ class Engine:
         """
         t = self.spec.train
         events = CallbackEvents(self.ctx, t.steps)
-        events.fire("on_train_begin", model=self.actor)
+        with self._gathered("actor"):  # ZeRO-3: the weight snapshot sees whole weights
+            events.fire("on_train_begin", model=self.actor)
         log_history: list[dict[str, float]] = []
         per_step: list[dict[str, float]] = []
         for step in range(1, t.steps + 1):
@@ -615,7 +725,8 @@ class Engine:
                 log_history.append(metrics)
                 events.state.log_history.append(metrics)
                 events.fire("on_log", logs=metrics)
-        events.fire("on_train_end", model=self.actor)
+        with self._gathered("actor"):
+            events.fire("on_train_end", model=self.actor)
         return log_history, per_step
 
     def _lora_settings(self) -> dict[str, Any]:
@@ -633,6 +744,27 @@ class Engine:
         """bench.precision's policy; a shared reference is held as the actor's (fp32) weights, not a bf16 copy."""
         policy = precision_policy(self.spec.model.dtype, roles)
         return with_shared_reference(policy) if isinstance(self.reference, AdapterOffReference) else policy
+
+    def _deepspeed_outcome(self, networks: dict[str, nn.Module], optimizers: dict[str, torch.optim.Optimizer]
+                           ) -> tuple[dict[str, nn.Module], dict[str, torch.optim.Optimizer], dict[str, Any]]:
+        """(networks, optimizers, record) for the result under ZeRO. The sharded optimizers are left out: their
+        param groups hold DeepSpeed's flat fp32 partitions, not the modules' parameters, so the accounting (bench.
+        telemetry.account_networks) counts what training needs from requires_grad instead, for whole networks. Under
+        ZeRO-3 rank 0 gets whole copies of the trained networks (to evaluate and account; :meth:`_whole_copy`)."""
+        zero = self.zero
+        if self.zero3:
+            copies = {role: self._whole_copy(role) for role in self.deepspeed}  # every rank joins the gathers
+            if self.rank == 0:
+                networks = {**networks, **copies}
+        record = {"zero_stage": zero["zero_stage"], "offload_optimizer_device": zero["offload_optimizer_device"],
+                  "offload_param_device": zero["offload_param_device"], "sharded": sorted(self.deepspeed),
+                  "frozen": "whole on every rank (replicated, not sharded)",
+                  "config": self._deepspeed_config(),
+                  "accounting": "whole networks (weights, gradients) without the sharded optimizer state; the "
+                                "per-rank measured peaks show the sharding"}
+        if self.zero3:
+            record["generation"] = "inside a gather of the actor's partitions, DeepSpeed's hooks removed"
+        return networks, {r: o for r, o in optimizers.items() if r not in self.deepspeed}, record
 
     def outcome(self, log_history: list[dict[str, float]], per_step: list[dict[str, float]],
                 settings: dict[str, Any], metric_keys: tuple[str, ...]) -> TrainOutcome:
@@ -654,8 +786,11 @@ class Engine:
                     "optimizers": "AdamW per network, grad clip per network",
                     "precision": self._precision(roles),
                     "generation": self.generation}
+        networks, optimizers = self.networks, dict(self.optimizers)
+        if self.deepspeed:
+            networks, optimizers, settings["deepspeed"] = self._deepspeed_outcome(networks, optimizers)
         return TrainOutcome(
-            policy=self.actor, tokenizer=self.tokenizer, networks=self.networks, optimizers=dict(self.optimizers),
+            policy=networks["actor"], tokenizer=self.tokenizer, networks=networks, optimizers=optimizers,
             log_history=log_history, steps=self.optimizer_steps,
             completions=self.completions, generated_tokens=self.generated_tokens,
             trained_tokens=self.trained_tokens, settings=settings, metrics=metrics,

@@ -18,8 +18,10 @@ Without a GPU the default config (``bench/accelerate/ddp.yaml``) still works: ac
 starts the ranks and ``PartialState(cpu=True)`` joins them over gloo (accelerate's ``--cpu`` flag alone would start
 a single process unless MPI is set up). DeepSpeed configs are checked here (the ZeRO stage, inline or in the
 DeepSpeed JSON the config names; offload devices; that DeepSpeed imports; that the run is on a GPU) and are for GPU
-machines only. Under a DeepSpeed config TRL's trainers (GRPO, DPO) are sharded by DeepSpeed; the suite engine's
-methods are not (the engine wraps its networks in torch DDP): they run DDP, and their result says so
+machines only (:data:`DEEPSPEED_ON_CPU_ENV` lifts the GPU check for experiments). Under a DeepSpeed config TRL's
+trainers (GRPO, DPO) are sharded by DeepSpeed (accelerate hands it to the Trainer); the suite engine's methods are
+sharded too when the stage is 1-3 (:func:`engine_zero`: the engine hands its trained networks to
+``deepspeed.initialize``); under stage 0 the engine runs DDP (the same layout), and the result says which
 (``settings.parallel.strategy``, :func:`parallel_settings`).
 
 Nothing here imports torch at module level: the runner and ``bench run --dry-run`` use it.
@@ -62,6 +64,10 @@ and probes the accelerator, which the runner process should not pay for or be ch
 DEEPSPEED_OK_ENV = "BENCH_DEEPSPEED_IMPORTS"
 """Set (to the interpreter's path) once DeepSpeed imported: every worker and rank validates the spec again, and
 inherits this instead of importing DeepSpeed once more just to check."""
+DEEPSPEED_ON_CPU_ENV = "BENCH_DEEPSPEED_ON_CPU"
+"""Set to 1 to let a DeepSpeed config run on a CPU (DeepSpeed's CPU accelerator, ``DS_ACCELERATOR=cpu``, over gloo):
+an escape for experiments with the plumbing on a machine without GPUs, not a supported setting (slow, and
+DeepSpeed's CPU support is limited)."""
 
 
 # -- the spec -----------------------------------------------------------------------------------
@@ -182,7 +188,7 @@ def check_config(data: Mapping[str, Any], path: Path, device: str) -> None:
     if problem:
         raise SpecError(f"'launcher.config_file' '{path}' is a DeepSpeed config but DeepSpeed {problem}; install the "
                         f"optional extra on a GPU machine: {DEEPSPEED_FIX} (or use {shipped_config(DEFAULT_CONFIG)})")
-    if device == "cpu":
+    if device == "cpu" and os.environ.get(DEEPSPEED_ON_CPU_ENV) != "1":
         raise SpecError(f"'launcher.config_file' '{path}' is a DeepSpeed config, which needs GPUs (the suite does not "
                         f"run DeepSpeed on a CPU); run it on a GPU machine, or use {shipped_config(DEFAULT_CONFIG)}")
 
@@ -196,6 +202,21 @@ def config_strategy(data: Mapping[str, Any], path: Path) -> str:
     ds = deepspeed_settings(data, path)
     offload = any(ds[k] != "none" for k in ("offload_optimizer_device", "offload_param_device"))
     return f"deepspeed-zero{ds['zero_stage']}" + ("-offload" if offload else "")
+
+
+def engine_zero(spec: Any) -> dict[str, Any] | None:
+    """The ZeRO settings the suite engine shards with in this launched spec (:func:`deepspeed_settings`), or None
+    when it runs DDP: no launcher, a non-DeepSpeed config, or ZeRO stage 0 (plain data parallelism, which is what
+    DDP does; DeepSpeed's stage 0 also lacks the direct ``loss.backward()`` the engine's shared actor + critic loss
+    needs). The engine (baselines.rollout_engine) and :func:`parallel_settings` both decide from here."""
+    if not active(spec):
+        return None
+    path = config_path(spec)
+    data = read_config(path)
+    if str(data.get("distributed_type", "NO")) != "DEEPSPEED":
+        return None
+    settings = deepspeed_settings(data, path)
+    return settings if settings["zero_stage"] > 0 else None
 
 
 def validate_launcher(spec: Any) -> None:
@@ -347,9 +368,10 @@ def parallel_settings(spec: Any, method: str) -> dict[str, Any]:
     """settings["parallel"] of a method run under a launcher: the layout the report's "what differs" shows.
 
     ``strategy`` is what ran, ``config_strategy`` what the accelerate config asks for (:func:`config_strategy`).
-    TRL's trainers follow the config (accelerate hands them DeepSpeed); the suite engine wraps its trained networks
-    in torch DDP whatever the config says, so under a ZeRO config its strategy is ``ddp`` (every rank holds whole
-    networks and optimizer state) and ``note`` says so.
+    TRL's trainers follow the config (accelerate hands them DeepSpeed). The suite engine follows a ZeRO stage 1-3
+    (:func:`engine_zero`: its actor and critic with their optimizers go through ``deepspeed.initialize``; the
+    frozen reference and reward model stay whole on every rank, and ``frozen_networks`` says so); under stage 0 it
+    runs DDP, so its strategy is ``ddp`` and ``note`` says so.
     """
     n = processes_for(spec, method)
     if n == 1 and not data_parallel(method):
@@ -359,12 +381,18 @@ def parallel_settings(spec: Any, method: str) -> dict[str, Any]:
     asked = config_strategy(read_config(path), path)
     from bench.registry import engine
 
-    strategy = "ddp" if engine(method) == "suite" else asked
+    suite = engine(method) == "suite"
+    zero = engine_zero(spec) if suite else None
+    strategy = asked if not suite or zero else "ddp"
     out = {"launcher": spec.launcher.name, "processes": n, "backend": backend(), "strategy": strategy,
            "config_strategy": asked, "prompts_per_rank_per_step": spec.train.prompts_per_step // n}
+    if zero:
+        out["frozen_networks"] = "replicated: the reference and the reward model are whole and frozen on every rank"
+        if zero["zero_stage"] == 3:
+            out["generation"] = "inside a gather of the actor's ZeRO-3 partitions (whole weights on every rank)"
     if strategy != asked:
-        out["note"] = (f"the config asks for {asked}; the suite engine does not shard: it ran DDP, each rank holding "
-                       f"whole trained networks, gradients and optimizer state")
+        out["note"] = (f"the config asks for {asked}; the suite engine does not shard under stage 0: it ran DDP, "
+                       f"each rank holding whole trained networks, gradients and optimizer state")
     return out
 
 
@@ -479,4 +507,4 @@ def merge_rank_files(run_dir: Path) -> dict[str, Any] | None:
 
 __all__ = ["validate_launcher", "worker_launch", "merge_rank_files", "init_process_group", "write_rank_file",
            "mean_across_ranks", "parallel_settings", "launcher_environment", "shipped_config", "check_config",
-           "config_strategy", "deepspeed_settings", "deepspeed_problem"]
+           "config_strategy", "deepspeed_settings", "deepspeed_problem", "engine_zero"]
