@@ -5,8 +5,9 @@ runs, and a run under one records what actually ran.
 - an accelerate config that does not exist, is not YAML, or names an unknown or invalid ZeRO stage (inline, or in
   the DeepSpeed JSON it points to): one line, exit 2;
 - a DeepSpeed config on a CPU spec: refused (DeepSpeed is for GPU machines here);
-- under a ZeRO config TRL's GRPO and DPO record the config's strategy, the suite engine's methods record ``ddp``
-  (the engine does not shard) with a note, so the report's "what differs" shows the difference.
+- under a ZeRO config (stage 1-3) TRL's GRPO and DPO and the suite engine's methods record the config's strategy;
+  under stage 0 the engine records ``ddp`` with a note, so the report's "what differs" shows the difference;
+- ``BENCH_DEEPSPEED_ON_CPU=1`` (experiments only) lets a DeepSpeed config through on a CPU spec.
 
 A stand-in ``deepspeed`` package on PYTHONPATH plays "installed" (importing or failing to import).
 """
@@ -173,22 +174,50 @@ def test_each_shipped_config_names_its_strategy(name: str, strategy: str) -> Non
 
 
 # -- what a run under a ZeRO config records -----------------------------------------------------------------
-def test_under_a_zero_config_the_engine_records_ddp_and_trl_records_the_config() -> None:
-    """The engine wraps its networks in DDP whatever the config says: its result must not claim ZeRO. TRL's
-    trainers get DeepSpeed from accelerate and record the config's strategy."""
+def test_under_a_zero_config_the_engine_and_trl_record_the_config() -> None:
+    """TRL's trainers get DeepSpeed from accelerate; the engine hands its trained networks to deepspeed.initialize
+    under stages 1-3 (the run itself: test_engine_deepspeed.py): both record the config's strategy, the engine with
+    where its frozen networks are and, under ZeRO-3, how it generates."""
     spec = load_spec("cpu-quick", LAUNCHED)  # a GPU machine's spec, minus the checks a CPU spec fails
     spec.launcher.config_file = str(launch.shipped_config("zero2"))
     for method in ("grpo", "dpo"):
         parallel = launch.parallel_settings(spec, method)
         assert (parallel["strategy"], parallel["config_strategy"]) == ("deepspeed-zero2", "deepspeed-zero2")
-        assert "note" not in parallel and parallel["processes"] == 2
+        assert "note" not in parallel and "frozen_networks" not in parallel and parallel["processes"] == 2
     for method in ("grpo_engine", "ppo", "ppo_verifier", "control"):
         parallel = launch.parallel_settings(spec, method)
-        assert (parallel["strategy"], parallel["config_strategy"]) == ("ddp", "deepspeed-zero2")
-        assert parallel["note"].startswith("the config asks for deepspeed-zero2; the suite engine does not shard")
+        assert (parallel["strategy"], parallel["config_strategy"]) == ("deepspeed-zero2", "deepspeed-zero2")
+        assert "note" not in parallel and "generation" not in parallel
+        assert parallel["frozen_networks"].startswith("replicated")
+    spec.launcher.config_file = str(launch.shipped_config("zero3"))
+    parallel = launch.parallel_settings(spec, "ppo")
+    assert parallel["strategy"] == "deepspeed-zero3" and "gather" in parallel["generation"]
     spec.launcher.config_file = None  # the default ddp.yaml: every method ran what it was asked for
     assert {launch.parallel_settings(spec, m)["strategy"] for m in ("grpo", "dpo", "grpo_engine")} == {"ddp"}
     assert "note" not in launch.parallel_settings(spec, "grpo_engine")
+    assert launch.engine_zero(spec) is None
+
+
+def test_under_zero_stage_0_the_engine_runs_ddp_and_says_so(tmp_path: Path) -> None:
+    spec = load_spec("cpu-quick", LAUNCHED)
+    spec.launcher.config_file = str(_config(tmp_path, _deepspeed_yaml("  zero_stage: 0\n")))
+    assert launch.engine_zero(spec) is None
+    parallel = launch.parallel_settings(spec, "grpo_engine")
+    assert (parallel["strategy"], parallel["config_strategy"]) == ("ddp", "deepspeed-zero0")
+    assert parallel["note"].startswith("the config asks for deepspeed-zero0; the suite engine does not shard")
+    assert launch.parallel_settings(spec, "grpo")["strategy"] == "deepspeed-zero0"
+
+
+def test_the_cpu_escape_lets_a_deepspeed_config_through_only_when_set(stand_in_deepspeed,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    stand_in_deepspeed("__version__ = '0.0.0'\n")
+    zero3 = launch.shipped_config("zero3")
+    for value in ("", "0", "yes"):
+        monkeypatch.setenv(launch.DEEPSPEED_ON_CPU_ENV, value)
+        with pytest.raises(SpecError, match="needs GPUs"):
+            launch.check_config(launch.read_config(zero3), zero3, "cpu")
+    monkeypatch.setenv(launch.DEEPSPEED_ON_CPU_ENV, "1")
+    launch.check_config(launch.read_config(zero3), zero3, "cpu")  # no error: the experiment escape
 
 
 def test_the_environment_block_records_the_deepspeed_version() -> None:
