@@ -1,36 +1,48 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the one-GPU systems check (issues 7 and 10): every stage and method on Qwen2.5-0.5B's real
-# shape with random weights (no download), at the GPU preset's shapes, for 3 steps; then a per-run table of peak
-# memory by source (cuda-allocated, cuda-reserved, nvml-process), median s/step, completions/s and the static
-# accounting per network.
+# gpu_check.sh — the one-GPU systems check (issues 7 and 10), in steps, each a one-point sweep of the
+# systems-qwen0.5b preset (Qwen2.5 real shapes, random weights, no download; every run stores the memory model's
+# prediction beside its measurement, and an out-of-memory is recorded with its phase, not as a failure):
+#   0. telemetry plumbing (python -m bench.gpu_check_telemetry): per-phase cuda-allocated peaks against known
+#      allocations; NVML process memory present, or absent with the reason ("no CUDA: skipped" on a CPU).
+#   1. every method at 0.5B at the GSM8K preset's shapes (16 prompts x G 8, 512 new tokens, micro-batch 8),
+#      1 warm-up + 2 measured steps.
+#   2. the largest of Qwen2.5 1.5B / 3B / 7B that the memory model predicts fits the GPU's free memory for the
+#      engine's GRPO, PPO (verifier) and DPO, and that step 1's times say fits the time left
+#      (python -m bench.gpu_check_plan step2: each skipped size says why); those three methods, same shapes/steps.
+#   3. with 2+ GPUs and deepspeed importable: TRL's GRPO at 0.5B, two processes under ZeRO-2
+#      (--launcher accelerate --num-processes 2 --accelerate-config bench/accelerate/zero2.yaml); else one line
+#      saying why it was skipped.
+# Then a table per step (python -m bench.gpu_check_table): peak memory by source, the prediction beside it with the
+# error in %, s/step, completions/s, static accounting; step 2's choice and step 3's outcome.
 #
-#   scripts/gpu_check.sh [--dry-run] [key.path=value ...]     run from anywhere; works in the repo root
-#   scripts/gpu_check.sh --fetch-wheels DIR                    on a machine WITH a package index: download the
-#                                                              suite's packages a bare GPU image lacks (below)
+#   scripts/gpu_check.sh [--cpu-rehearsal] [--dry-run] [key.path=value ...]   run from anywhere
+#   scripts/gpu_check.sh --fetch-wheels DIR          on a machine WITH a package index: download the suite's
+#                                                    packages a bare GPU image lacks (below)
 #
-# Takes: about 5-8 minutes on one H100/H200-class GPU (estimated, not yet run on a GPU), bounded by
-# GPU_CHECK_TIMEOUT (default 420 s) for the suite; set-up adds seconds when the packages are there. A CPU
-# rehearsal at tiny scale (tests/test_gpu_check.py) takes about 2 minutes on 2 cores.
+# Takes: not yet run on a GPU. Estimated 8 minutes on one H100/H200-class GPU, bounded by GPU_CHECK_TIMEOUT
+# (default 480 s) for all steps together; step 2 gets what step 1 leaves and is skipped when no size fits it.
+# Set-up adds seconds when the packages are there.
+# --cpu-rehearsal: the same steps on a CPU at rehearsal scale (device=cpu, one layer, widths / 16, the real
+# vocabulary, 4 fixed-length new tokens, 2 prompts x G 2); step 2 chooses among the scaled 1.5B / 3B / 7B against
+# the host's available memory. Meant to take under 5 minutes on 2 cores (tests/test_gpu_check.py runs it).
+# --dry-run: pick the Python, print step 1's plan and the commands, run nothing (no GPU needed).
 #
-# Steps: pick a Python that can run the suite (see "Python" below); print nvidia-smi; run
-# `bench run --preset systems-qwen0.5b` with the extra key=value overrides under a wall-clock guard (SIGINT at the
-# limit, then SIGKILL 30 s later; the report is rebuilt from the finished runs' result files); print the table (python -m bench.gpu_check_table);
-# copy the small files under $OUT/gpu-check/ when OUT is set (the suite folder itself holds model checkpoints).
-# --dry-run: pick the Python, print the plan and the commands, run nothing (no GPU needed).
-#
-# Exit status: 0 when every run finished ok; 1 when any run failed or did not run; 124 when the guard stopped
-# the suite (137 when it had to kill it 30 s later); 2 for a set-up problem (one line says what to do).
+# Exit status: 0 when every run finished ok (or ran out of memory at its point: a finding) and the telemetry check
+# passed; 1 otherwise; 124 when the guard stopped step 1 (137 when it had to kill it 30 s later); 2 for a set-up
+# problem (one line says what to do).
 #
 # Python, first that works: $GPU_CHECK_PYTHON; .venv/bin/python (made by ./run_all.sh); python3 (a GPU image's
 # own, e.g. torch preinstalled) after installing the wheels in $GPU_CHECK_WHEELS (default .whl) offline, if the
 # folder exists; else ./run_all.sh's own set-up (needs a package index) and .venv/bin/python.
 #
 # Environment:
-#   OUT                  copy table.txt, results.csv, summary.md, results.json, run.log, nvidia-smi.txt to $OUT/gpu-check
-#   GPU_CHECK_TIMEOUT    seconds the suite may run (default 420)
+#   OUT                  copy table.txt, step2-plan.json, telemetry-check.txt, step3.txt, run.log, nvidia-smi.txt
+#                        and each step's results.csv / summary.md / results.json to $OUT/gpu-check
+#   GPU_CHECK_TIMEOUT    seconds all steps together may run (default 480)
 #   GPU_CHECK_PYTHON     interpreter to use
 #   GPU_CHECK_WHEELS     wheel folder installed offline into a private site folder when python3 lacks packages
-#   GPU_CHECK_SUITE_DIR  suite folder to write, relative to the repo root (default reports/gpu-check-<UTC time>)
+#   GPU_CHECK_SUITE_DIR  check folder to write (step1/, step2/, step3/ are suite folders), relative to the repo
+#                        root (default reports/gpu-check-<UTC time>)
 #   GPU_CHECK_PRESET     preset (default systems-qwen0.5b)
 #   GPU_CHECK_WHEEL_PYTHON  --fetch-wheels: the GPU image's Python version (default 3.12)
 set -euo pipefail
@@ -39,7 +51,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 preset="${GPU_CHECK_PRESET:-systems-qwen0.5b}"
-limit="${GPU_CHECK_TIMEOUT:-420}"
+limit="${GPU_CHECK_TIMEOUT:-480}"
 wheels="${GPU_CHECK_WHEELS:-.whl}"
 suite="${GPU_CHECK_SUITE_DIR:-reports/gpu-check-$(date -u +%Y%m%d-%H%M%S)}"
 # Wheels go into a private folder whose path contains "site-packages": dill (which datasets uses to fingerprint)
@@ -127,17 +139,25 @@ fetch_wheels() {
   say "done: carry $dir to the GPU machine (device tool: carry [\"$dir\"]) and run scripts/gpu_check.sh there"
 }
 
+# The rehearsal's scale: every model one layer deep and 16 times narrower (the real vocabulary), tiny batches.
+rehearsal_overrides=(device=cpu model.scale.num_layers=1 model.scale.width_divisor=16 generation.max_new_tokens=4
+  generation.min_new_tokens=4 train.prompts_per_step=2 train.group_size=2 train.micro_batch_size=2
+  sample_pool.prompts=4 sample_pool.batch_size=4 reward_model.batch_size=2 eval.batch_size=4)
+reserve_s=20   # kept back from the later steps' guards: the table and the copies
+
 dry_run=0
+rehearsal=0
 overrides=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1; shift ;;
+    --cpu-rehearsal) rehearsal=1; shift ;;
     --fetch-wheels)
       [ $# -ge 2 ] || die "--fetch-wheels needs a folder, e.g. --fetch-wheels .whl"
       fetch_wheels "$2"; exit 0 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *=*) overrides+=("$1"); shift ;;
-    *) die "unknown argument '$1'; give key.path=value overrides (e.g. train.steps=2), --dry-run or --fetch-wheels DIR" ;;
+    *) die "unknown argument '$1'; give key.path=value overrides (e.g. train.steps=2), --cpu-rehearsal, --dry-run or --fetch-wheels DIR" ;;
   esac
 done
 
@@ -145,19 +165,28 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"   # the suite from this che
 py=""
 pick_python
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1   # nothing is downloaded
-run=("$py" -m bench run --preset "$preset" --out "$suite" ${overrides[@]+"${overrides[@]}"})
+if [ "$rehearsal" = 1 ]; then overrides=("${rehearsal_overrides[@]}" ${overrides[@]+"${overrides[@]}"}); fi
+# point SIZE: the overrides that make a step one sweep point at SIZE (1 warm-up + 2 measured steps).
+point() { printf '%s\n' "sweep.axes={model.architecture: [$1]}" sweep.steps=2 sweep.warmup_steps=1; }
+mapfile -t step1_point < <(point qwen2.5-0.5b)
+run1=("$py" -m bench run --preset "$preset" --out "$suite/step1" ${overrides[@]+"${overrides[@]}"} "${step1_point[@]}")
 
 if [ "$dry_run" = 1 ]; then
   say "python: $py"
-  say "would run (guard ${limit} s): ${run[*]}"
+  say "would run (all steps within ${limit} s): ${run1[*]}"
+  say "then: $py -m bench.gpu_check_plan step2 --step1 $suite/step1 ... (step 2); $py -m bench.gpu_check_plan step3"
   say "then: $py -m bench.gpu_check_table $suite"
-  "$py" -m bench run --preset "$preset" --dry-run ${overrides[@]+"${overrides[@]}"}
+  "$py" -m bench run --preset "$preset" --dry-run ${overrides[@]+"${overrides[@]}"} "${step1_point[@]}"
   exit 0
 fi
 
 copy_dir=""
 if [ -n "${OUT:-}" ]; then copy_dir="$OUT/gpu-check"; mkdir -p "$copy_dir"; fi
-log="$(mktemp "${TMPDIR:-/tmp}/gpu-check-log.XXXXXX")"
+mkdir -p "$suite"
+log="$suite/run.log"
+: > "$log"
+start=$SECONDS
+left() { echo $((limit - (SECONDS - start))); }
 
 say "python: $py ($("$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'))"
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -168,45 +197,112 @@ else
   say "no nvidia-smi on this machine"
 fi
 
-say "running (at most ${limit} s): ${run[*]}"
-start=$SECONDS
+# --- step 0: the telemetry plumbing ---
+device_arg=()
+if [ "$rehearsal" = 1 ]; then device_arg=(--device cpu); fi
 set +e
-timeout --signal=INT --kill-after=30 "$limit" "${run[@]}" 2>&1 | tee "$log"
+"$py" -m bench.gpu_check_telemetry ${device_arg[@]+"${device_arg[@]}"} | tee "$suite/telemetry-check.txt"
+telemetry_rc=${PIPESTATUS[0]}
+set -e
+
+# --- step 1: every method at 0.5B ---
+say "step 1 (at most $(left) s): ${run1[*]}"
+set +e
+timeout --signal=INT --kill-after=30 "$(left)" "${run1[@]}" 2>&1 | tee -a "$log"
 bench_rc=${PIPESTATUS[0]}
 set -e
-say "suite finished in $((SECONDS - start)) s with status $bench_rc"
+say "step 1 finished after $((SECONDS - start)) s with status $bench_rc"
 if [ "$bench_rc" = 124 ] || [ "$bench_rc" = 137 ]; then
-  say "the ${limit} s guard stopped the suite: runs not finished show as interrupted / not run"
+  say "the ${limit} s guard stopped the suite (step 1): runs not finished show as interrupted / not run"
 fi
-if [ "$bench_rc" != 0 ] && [ -f "$suite/suite.json" ]; then
-  # A suite stopped by the guard (or killed 30 s later) may not have written its report: rebuild it from the
-  # result files, which every finished run wrote (seconds, no torch).
-  "$py" -m bench report "$suite" >/dev/null || say "could not rebuild the report of $suite"
+if [ "$bench_rc" != 0 ] && [ -f "$suite/step1/suite.json" ]; then
+  # A suite stopped by the guard may not have written its report: rebuild it from the result files (no torch).
+  "$py" -m bench report "$suite/step1" >/dev/null || say "could not rebuild the report of $suite/step1"
 fi
 
+# --- step 2: the largest size that fits the memory and the time left ---
+if [ "$bench_rc" = 124 ] || [ "$bench_rc" = 137 ]; then
+  say "step 2 skipped: no time left after step 1"
+elif [ -f "$suite/step1/suite.json" ]; then
+  memory_arg=auto
+  if [ "$rehearsal" = 1 ]; then memory_arg=host; fi
+  set +e
+  plan_out="$("$py" -m bench.gpu_check_plan step2 --step1 "$suite/step1" --seconds-left "$(( $(left) - reserve_s ))" \
+    --gpu-memory "$memory_arg" --preset "$preset" --write "$suite/step2-plan.json" \
+    -- ${overrides[@]+"${overrides[@]}"} 2>>"$log.plan")"
+  plan_rc=$?
+  set -e
+  cat "$log.plan" >&2; cat "$log.plan" >> "$log"; rm -f "$log.plan"
+  if [ "$plan_rc" != 0 ]; then
+    say "step 2 skipped: the plan failed (status $plan_rc, see above)"
+  elif [ -n "$plan_out" ]; then
+    mapfile -t step2_overrides <<< "$plan_out"
+    run2=("$py" -m bench run --preset "$preset" --out "$suite/step2" "${step2_overrides[@]}")
+    guard2=$(( $(left) - reserve_s ))
+    say "step 2 (at most ${guard2} s): ${run2[*]}"
+    set +e
+    timeout --signal=INT --kill-after=15 "$guard2" "${run2[@]}" 2>&1 | tee -a "$log"
+    step2_rc=${PIPESTATUS[0]}
+    set -e
+    say "step 2 finished with status $step2_rc"
+    if [ "$step2_rc" != 0 ] && [ -f "$suite/step2/suite.json" ]; then
+      "$py" -m bench report "$suite/step2" >/dev/null || say "could not rebuild the report of $suite/step2"
+    fi
+  fi
+fi
+
+# --- step 3: ZeRO-2, two processes, TRL's GRPO ---
 set +e
-"$py" -m bench.gpu_check_table "$suite" | tee "$log.table"
-table_rc=${PIPESTATUS[0]}
+"$py" -m bench.gpu_check_plan step3 > "$suite/step3.txt"
+step3_go=$?
 set -e
+if [ "$step3_go" = 0 ] && [ "$(left)" -gt $((reserve_s + 60)) ]; then
+  mapfile -t step3_point < <(point qwen2.5-0.5b)
+  run3=("$py" -m bench run --preset "$preset" --out "$suite/step3" --launcher accelerate --num-processes 2
+        --accelerate-config bench/accelerate/zero2.yaml ${overrides[@]+"${overrides[@]}"}
+        methods.grpo_engine.enabled=false methods.ppo.enabled=false methods.ppo_verifier.enabled=false
+        methods.dpo.enabled=false "${step3_point[@]}")
+  echo "step 3: ZeRO-2, 2 processes, TRL's GRPO at 0.5B: ${run3[*]}" > "$suite/step3.txt"
+  set +e
+  timeout --signal=INT --kill-after=15 "$(( $(left) - reserve_s ))" "${run3[@]}" 2>&1 | tee -a "$log"
+  step3_rc=${PIPESTATUS[0]}
+  set -e
+  echo "step 3 finished with status $step3_rc" >> "$suite/step3.txt"
+elif [ "$step3_go" = 0 ]; then
+  echo "step 3 skipped: not enough time left ($(left) s)" > "$suite/step3.txt"
+fi
+say "$(cat "$suite/step3.txt")"
+
+set +e
+"$py" -m bench.gpu_check_table "$suite" > "$suite/table.txt"
+table_rc=$?
+set -e
+cat "$suite/table.txt"
 
 if [ -n "$copy_dir" ]; then
   cp "$log" "$copy_dir/run.log"
-  cp "$log.table" "$copy_dir/table.txt"
-  for f in results.csv summary.md; do
+  for f in table.txt step2-plan.json telemetry-check.txt step3.txt; do
     if [ -f "$suite/$f" ]; then cp "$suite/$f" "$copy_dir/"; fi
   done
-  # Every run's result.json in one file: the report can be rebuilt from these (bench report needs the folder).
-  "$py" - "$suite" "$copy_dir/results.json" <<'EOF' || say "could not gather the result files"
+  for step in step1 step2 step3; do
+    [ -d "$suite/$step" ] || continue
+    mkdir -p "$copy_dir/$step"
+    for f in results.csv summary.md; do
+      if [ -f "$suite/$step/$f" ]; then cp "$suite/$step/$f" "$copy_dir/$step/"; fi
+    done
+    # Every run's result.json in one file: the report can be rebuilt from these (bench report needs the folder).
+    "$py" - "$suite/$step" "$copy_dir/$step/results.json" <<'EOF' || say "could not gather the result files of $step"
 import json, sys
 from pathlib import Path
 suite = Path(sys.argv[1])
 results = {p.parent.name: json.loads(p.read_text()) for p in sorted(suite.glob("runs/*/result.json"))}
 Path(sys.argv[2]).write_text(json.dumps(results, indent=1))
 EOF
-  say "copied the table, results.csv, summary.md, results.json and the log to $copy_dir"
+  done
+  say "copied the table, the plan, the checks, each step's results and the log to $copy_dir"
 fi
-rm -f "$log" "$log.table"
-say "suite folder: $suite"
+say "check folder: $suite"
 
-if [ "$bench_rc" != 0 ]; then exit "$bench_rc"; fi
+if [ "$bench_rc" = 124 ] || [ "$bench_rc" = 137 ]; then exit "$bench_rc"; fi
+if [ "$telemetry_rc" != 0 ]; then exit 1; fi
 exit "$table_rc"

@@ -1,8 +1,9 @@
-"""The GPU check: scripts/gpu_check.sh, the systems-qwen0.5b preset, gold preference pairs, eval.enabled, and the
-table module (bench.gpu_check_table).
+"""The GPU check: scripts/gpu_check.sh, the systems-qwen0.5b preset, gold preference pairs, eval.enabled, the
+step-2 plan (bench.gpu_check_plan), the telemetry check (bench.gpu_check_telemetry) and the table module
+(bench.gpu_check_table).
 
-The script is rehearsed on this CPU at a tiny scale of the same architecture (one layer, widths / 16, the real
-151,936-entry vocabulary, 4 fixed-length new tokens), so it cannot rot between GPU sessions: one run (about two
+The script is rehearsed on this CPU through its --cpu-rehearsal flag (one layer, widths / 16, the real
+151,936-entry vocabulary, 4 fixed-length new tokens), so it cannot rot between GPU sessions: one run (a few
 minutes on 2 cores) is shared by the tests that read its output.
 """
 
@@ -28,14 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 PRESET = "systems-qwen0.5b"
 MAX_NEW_TOKENS = 4
-TINY = ["device=cpu", "model.scale.num_layers=1", "model.scale.width_divisor=16",
-        f"generation.max_new_tokens={MAX_NEW_TOKENS}", f"generation.min_new_tokens={MAX_NEW_TOKENS}",
-        "train.prompts_per_step=2", "train.group_size=2", "train.micro_batch_size=2", "train.steps=2",
-        "sample_pool.prompts=4", "sample_pool.batch_size=4", "reward_model.batch_size=2", "eval.batch_size=4"]
-"""The preset at a CPU rehearsal's scale; model.scale.vocab_size stays null: the real vocabulary."""
-STAGES = ["warm_start", "sample_pool", "reward_model"]
-ONLINE = ["grpo-s0", "grpo_engine-s0", "ppo-s0", "ppo_verifier-s0"]
-METHODS = [*ONLINE, "dpo-s0"]
+"""The rehearsal's fixed completion length (scripts/gpu_check.sh's rehearsal_overrides)."""
+AT = "@qwen2.5-0.5b"
+"""Step 1 is one sweep point: its run ids name it."""
+STAGES = [f"{s}{AT}" for s in ("warm_start", "sample_pool", "reward_model")]
+ONLINE = [f"{m}-s0{AT}" for m in ("grpo", "grpo_engine", "ppo", "ppo_verifier")]
+METHODS = [*ONLINE, f"dpo-s0{AT}"]
 
 
 def run_script(*args: str, env_extra: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess:
@@ -48,16 +47,52 @@ def run_script(*args: str, env_extra: dict[str, str], timeout: int = 900) -> sub
 # --- the whole script, rehearsed on the CPU ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path, Path]:
-    """(the finished process, the suite folder, the $OUT folder) of one tiny run of the script."""
+    """(the finished process, step 1's suite folder, the $OUT folder) of one run of the script's CPU rehearsal."""
     root = tmp_path_factory.mktemp("gpu-check")
-    suite, out = root / "suite", root / "out"
-    proc = run_script(*TINY, env_extra={"BENCH_CACHE_DIR": str(root / "cache"), "OUT": str(out),
-                                        "GPU_CHECK_SUITE_DIR": str(suite), "GPU_CHECK_TIMEOUT": "600"})
-    return proc, suite, out
+    check, out = root / "check", root / "out"
+    proc = run_script("--cpu-rehearsal", env_extra={"BENCH_CACHE_DIR": str(root / "cache"), "OUT": str(out),
+                                                    "GPU_CHECK_SUITE_DIR": str(check), "GPU_CHECK_TIMEOUT": "1200"},
+                      timeout=1500)
+    return proc, check / "step1", out
 
 
 def result(suite: Path, run_id: str) -> dict:
     return json.loads((suite / "runs" / run_id / "result.json").read_text())
+
+
+def test_rehearsal_checks_telemetry_honestly_and_says_why_step_3_was_skipped(
+        rehearsal: tuple[subprocess.CompletedProcess, Path, Path]) -> None:
+    proc, step1, _ = rehearsal
+    check = step1.parent
+    telemetry = (check / "telemetry-check.txt").read_text().splitlines()
+    assert telemetry == ["telemetry check: cuda-allocated per-phase peak: no CUDA: skipped",
+                         "telemetry check: nvml-process: no CUDA: skipped"]  # no 0 printed as a VRAM reading
+    assert (check / "step3.txt").read_text().strip() == ("step 3 skipped: 0 GPUs visible; a ZeRO-2 two-process run "
+                                                        "needs 2 or more")
+    assert "step 3 skipped: 0 GPUs visible" in proc.stdout  # the table's last part
+
+
+def test_rehearsal_step_2_runs_the_largest_size_that_fits_or_says_why_not(
+        rehearsal: tuple[subprocess.CompletedProcess, Path, Path]) -> None:
+    proc, step1, _ = rehearsal
+    check = step1.parent
+    plan = json.loads((check / "step2-plan.json").read_text())
+    assert [c["architecture"] for c in plan["candidates"]] == ["qwen2.5-7b", "qwen2.5-3b", "qwen2.5-1.5b"]
+    assert plan["memory_source"].startswith("host memory available")
+    verdicts = [c["verdict"] for c in plan["candidates"]]
+    assert all(v == "chosen" or v.startswith(("not enough time", "not considered", "predicted not to fit"))
+               for v in verdicts)
+    assert "step 2 budget:" in proc.stdout
+    if plan["chosen"] is None:
+        assert "step 2 skipped: no size fits" in proc.stdout
+        return
+    step2 = check / "step2"
+    for method in ("grpo_engine", "ppo_verifier", "dpo"):
+        res = result(step2, f"{method}-s0@{plan['chosen']}")
+        assert res["status"] == "ok", res["error"]
+        assert res["prediction"]["model"] == plan["chosen"]
+    assert not (step2 / "runs" / f"grpo-s0@{plan['chosen']}").exists()  # TRL's GRPO and PPO stay at step 1
+    assert "step2 table" in proc.stdout
 
 
 def test_script_exits_0_and_every_run_is_ok(rehearsal: tuple[subprocess.CompletedProcess, Path, Path]) -> None:
@@ -71,7 +106,7 @@ def test_generation_is_fixed_length(rehearsal: tuple[subprocess.CompletedProcess
     """min_new_tokens = max_new_tokens: every completion of every online method (and of the pool) is exactly
     max_new_tokens long, so the methods generate the same tokens."""
     _, suite, _ = rehearsal
-    for run_id in ONLINE + ["sample_pool"]:
+    for run_id in ONLINE + [f"sample_pool{AT}"]:
         throughput = result(suite, run_id)["throughput"]
         assert throughput["completions"] > 0, run_id
         assert throughput["generated_tokens"] == throughput["completions"] * MAX_NEW_TOKENS, (run_id, throughput)
@@ -83,7 +118,7 @@ def test_nothing_is_evaluated(rehearsal: tuple[subprocess.CompletedProcess, Path
         res = result(suite, run_id)
         assert res["accuracy"]["before"] is None and res["accuracy"]["after"] is None, run_id
         assert res["eval_file"] is None and res["samples"] == [], run_id
-        if run_id != "reward_model":  # its evaluation phase is the held-out pair accuracy, not a GSM8K evaluation
+        if not run_id.startswith("reward_model"):  # its evaluation phase is the held-out pair accuracy, not a GSM8K evaluation
             assert "evaluation" not in res["phases"], run_id
         assert not (suite / "runs" / run_id / "completions.jsonl").exists(), run_id
     with open(suite / "results.csv", newline="", encoding="utf-8") as handle:
@@ -96,32 +131,38 @@ def test_dpo_and_the_reward_model_train_on_gold_pairs(rehearsal: tuple[subproces
                                                                         Path]) -> None:
     """A random model answers nothing, so every pool prompt gives a (gold, sampled) pair."""
     _, suite, _ = rehearsal
-    pool = result(suite, "sample_pool")
+    pool = result(suite, f"sample_pool{AT}")
     assert pool["settings"]["pairs"] == GOLD_PAIRS
     assert pool["metrics"]["pool_accuracy"] == 0.0 and pool["metrics"]["pairs"] == 4
-    assert result(suite, "dpo-s0")["settings"]["pairs_available"] == 4
-    assert result(suite, "reward_model")["metrics"]["train_pairs"] + \
-        result(suite, "reward_model")["metrics"]["heldout_pairs"] == 4
+    assert result(suite, f"dpo-s0{AT}")["settings"]["pairs_available"] == 4
+    assert result(suite, f"reward_model{AT}")["metrics"]["train_pairs"] + \
+        result(suite, f"reward_model{AT}")["metrics"]["heldout_pairs"] == 4
 
 
 def test_table_names_cpu_rss_and_no_cuda_numbers(rehearsal: tuple[subprocess.CompletedProcess, Path, Path]) -> None:
     proc, _, _ = rehearsal
-    table = proc.stdout[proc.stdout.index("GPU check table"):]
+    table = proc.stdout[proc.stdout.index("step1 table"):]
     header = next(line for line in table.splitlines() if line.startswith("run "))
     assert "peak cpu-rss GiB" in header and "s/step (median)" in header and "completions/s" in header
     assert "cuda" not in header and "nvml" not in header
+    assert "cpu-rss delta GiB" in header and "predicted GiB" in header and "error %" in header
+    columns = re.split(r"\s{2,}", header)
+    row = re.split(r"\s{2,}", next(line for line in table.splitlines() if line.startswith(f"ppo-s0{AT} ")))
+    assert re.fullmatch(r"[+-]\d+%", row[columns.index("error %")]), row  # the prediction beside the measurement
     for run_id in STAGES + METHODS:
         assert any(line.startswith(f"{run_id} ") and " ok " in line for line in table.splitlines()), run_id
     assert "static accounting" in table
-    assert any(line.split()[:2] == ["ppo-s0", "critic"] for line in table.splitlines())
+    assert any(line.split()[:2] == [f"ppo-s0{AT}", "critic"] for line in table.splitlines())
 
 
 def test_small_files_come_back_under_out(rehearsal: tuple[subprocess.CompletedProcess, Path, Path]) -> None:
     proc, suite, out = rehearsal
     folder = out / "gpu-check"
-    assert sorted(p.name for p in folder.iterdir()) == ["results.csv", "results.json", "run.log", "summary.md",
-                                                         "table.txt"]  # no nvidia-smi.txt without nvidia-smi
-    gathered = json.loads((folder / "results.json").read_text())
+    names = {p.name for p in folder.iterdir()}
+    assert {"run.log", "table.txt", "step1", "step2-plan.json", "telemetry-check.txt", "step3.txt"} <= names
+    assert "nvidia-smi.txt" not in names  # no nvidia-smi on this machine
+    assert sorted(p.name for p in (folder / "step1").iterdir()) == ["results.csv", "results.json", "summary.md"]
+    gathered = json.loads((folder / "step1" / "results.json").read_text())
     assert sorted(gathered) == sorted(STAGES + METHODS)
     assert (folder / "table.txt").read_text().strip() in proc.stdout
 
@@ -132,7 +173,7 @@ def test_dry_run_prints_the_plan_with_the_overrides(tmp_path: Path) -> None:
                       timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "matched budget: 2 steps x 16 prompts x G=8 = 128 completions/step, 512 new tokens" in proc.stdout
-    assert f"--preset {PRESET} --out {tmp_path / 's'} train.steps=2" in proc.stderr
+    assert f"--preset {PRESET} --out {tmp_path / 's' / 'step1'} train.steps=2 sweep.axes=" in proc.stderr
     assert not (tmp_path / "s").exists()
 
 
@@ -261,3 +302,93 @@ def test_table_keeps_a_gpu_source_without_readings_as_dashes(tmp_path: Path, cap
 def test_table_refuses_a_folder_that_is_no_suite(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert table_main([str(tmp_path)]) == 2
     assert "not a suite folder" in capsys.readouterr().err
+
+
+# --- step 2's choice, step 3's skip line, the telemetry check without CUDA ----------------------------------------
+def _candidates(peaks_gib: dict[str, float], seconds: dict[str, float | None]) -> list:
+    from bench.gpu_check_plan import CANDIDATES, Candidate
+
+    return [Candidate(a, 1, {m: int(peaks_gib[a] * 2**30) for m in ("grpo_engine", "ppo_verifier", "dpo")},
+                      seconds[a]) for a in CANDIDATES]
+
+
+PEAKS = {"qwen2.5-7b": 270.0, "qwen2.5-3b": 116.0, "qwen2.5-1.5b": 60.0}
+"""Predicted peaks (GiB) about as the memory model gives them for PPO (verifier) at the GPU preset's shapes."""
+
+
+@pytest.mark.parametrize("gpu_gib, seconds_left, chosen, verdict_of_3b", [
+    (141, 10_000, "qwen2.5-3b", "chosen"),                           # an H200: 3B fits (126.9 GiB usable), 7B not
+    (80, 10_000, "qwen2.5-1.5b", "predicted not to fit: grpo_engine, ppo_verifier, dpo over 72.0 GiB"),  # an H100
+    (141, 500, "qwen2.5-1.5b", "not enough time: ~600 s x 1.25 margin > 500 s left"),
+    (141, 100, None, "not enough time"),
+    (24, 10_000, None, "predicted not to fit"),
+])
+def test_step_2_chooses_the_largest_size_that_fits_memory_and_time(gpu_gib: int, seconds_left: float,
+                                                                  chosen: str | None, verdict_of_3b: str) -> None:
+    from bench.gpu_check_plan import choose
+
+    seconds = {"qwen2.5-7b": 1500.0, "qwen2.5-3b": 600.0, "qwen2.5-1.5b": 300.0}
+    plan = choose(_candidates(PEAKS, seconds), gpu_gib * 2**30, seconds_left, "test")
+    assert plan.chosen == chosen
+    verdicts = {c.architecture: c.verdict for c in plan.candidates}
+    assert verdicts["qwen2.5-3b"].startswith(verdict_of_3b), verdicts
+    assert verdicts["qwen2.5-7b"].startswith("predicted not to fit")  # 270 GiB fits none of these GPUs
+    if chosen == "qwen2.5-3b":
+        assert verdicts["qwen2.5-1.5b"] == "not considered (a larger size, qwen2.5-3b, fits)"
+    lines = plan.lines()
+    assert lines[-1] == (f"step 2: {chosen}" if chosen else "step 2 skipped: no size fits (see above)")
+
+
+def test_step_2_without_step_1_times_says_so() -> None:
+    from bench.gpu_check_plan import choose, estimate_seconds
+
+    assert estimate_seconds({"warm_start": 10.0}, 3.0) is None  # the methods' times are missing
+    assert estimate_seconds({n: 10.0 for n in ("warm_start", "sample_pool", "grpo_engine", "ppo_verifier", "dpo")},
+                            3.0) == pytest.approx(5 * (20.0 + 30.0))
+    plan = choose(_candidates(PEAKS, dict.fromkeys(PEAKS)), 141 * 2**30, 10_000, "test")
+    assert plan.chosen is None
+    assert plan.candidates[1].verdict.startswith("not enough time: step 1 measured no run time")
+
+
+def test_step_2_overrides_are_one_point_of_the_three_methods() -> None:
+    from bench.gpu_check_plan import point_overrides, step2_method_overrides
+
+    spec = load_spec(PRESET, [*step2_method_overrides(), *point_overrides("qwen2.5-3b")])
+    assert spec.enabled_methods() == ["grpo_engine", "ppo_verifier", "dpo"]
+    assert spec.sweep.axes == {"model.architecture": ["qwen2.5-3b"]}
+    assert (spec.sweep.warmup_steps + spec.sweep.steps, spec.telemetry.warmup_steps) == (3, 1)
+
+
+def test_step_3_says_in_one_line_why_it_was_skipped() -> None:
+    from bench.gpu_check_plan import step3_skip_reason
+
+    asked: list[bool] = []
+
+    def deepspeed_missing() -> str:
+        asked.append(True)
+        return "ModuleNotFoundError: No module named 'deepspeed'"
+
+    assert step3_skip_reason(0, deepspeed_missing) == ("step 3 skipped: 0 GPUs visible; a ZeRO-2 two-process run "
+                                                       "needs 2 or more")
+    assert step3_skip_reason(1, deepspeed_missing).startswith("step 3 skipped: 1 GPU visible;")
+    assert asked == []  # deepspeed is not imported for nothing
+    assert step3_skip_reason(2, deepspeed_missing) == ("step 3 skipped: deepspeed does not import (ModuleNotFoundError: "
+                                                       "No module named 'deepspeed'); pip install deepspeed to run it")
+    assert step3_skip_reason(8, lambda: None) is None
+
+
+def test_plan_cli_step3_prints_the_skip_line_and_exits_3(capsys: pytest.CaptureFixture) -> None:
+    from bench.gpu_check_plan import main as plan_main
+
+    assert plan_main(["step3"]) == 3  # this machine has no GPU
+    assert capsys.readouterr().out.strip().startswith("step 3 skipped: 0 GPUs visible")
+    assert plan_main(["step2", "--step1", "/nonexistent", "--seconds-left", "9"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_telemetry_check_without_cuda_prints_no_number() -> None:
+    from bench.gpu_check_telemetry import cuda_device, run_checks
+
+    assert cuda_device("cpu") is None and cuda_device(None) is None  # this machine: no CUDA
+    ok, lines = run_checks(None)
+    assert ok and lines == ["cuda-allocated per-phase peak: no CUDA: skipped", "nvml-process: no CUDA: skipped"]
