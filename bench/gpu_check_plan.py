@@ -265,7 +265,7 @@ def step3_skip_reason(gpus: int, deepspeed: Callable[[], str | None]) -> str | N
         return f"step 3 skipped: {gpus} GPU{'' if gpus == 1 else 's'} visible; a ZeRO-2 two-process run needs 2 or more"
     problem = deepspeed()
     if problem is not None:
-        return f"step 3 skipped: deepspeed does not import ({problem}); pip install deepspeed to run it"
+        return f"step 3 skipped: deepspeed does not import ({problem}); pip install '.[deepspeed]' to run it"
     return None
 
 

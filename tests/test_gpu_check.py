@@ -373,7 +373,7 @@ def test_step_3_says_in_one_line_why_it_was_skipped() -> None:
     assert step3_skip_reason(1, deepspeed_missing).startswith("step 3 skipped: 1 GPU visible;")
     assert asked == []  # deepspeed is not imported for nothing
     assert step3_skip_reason(2, deepspeed_missing) == ("step 3 skipped: deepspeed does not import (ModuleNotFoundError: "
-                                                       "No module named 'deepspeed'); pip install deepspeed to run it")
+                                                       "No module named 'deepspeed'); pip install '.[deepspeed]' to run it")
     assert step3_skip_reason(8, lambda: None) is None
 
 
