@@ -23,7 +23,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bench.errors import UserError
-from bench.memory_model import GIB, MAX_GPUS, METHOD_ROLES, Layout, LayoutMemory, Prediction, Settings, predict
+from bench.memory_model import (
+    ENGINE_METHODS,
+    GIB,
+    MAX_GPUS,
+    METHOD_ROLES,
+    Layout,
+    LayoutMemory,
+    Prediction,
+    Settings,
+    predict,
+)
 
 ALL = "all"
 """--method value that compares every method side by side."""
@@ -46,7 +56,20 @@ NEVER = {
     "zero3": f"not within {MAX_GPUS} GPUs: the gathered weights plus one sequence's step exceed one GPU",
     "zero3_offload": f"not within {MAX_GPUS} GPUs: the gathered weights plus one sequence's step exceed one GPU",
 }
-"""Why a ZeRO layout never fits (the shards shrink with the GPU count; these parts do not)."""
+"""Why a ZeRO layout never fits TRL's trainers (the shards shrink with the GPU count; these parts do not)."""
+
+ENGINE_NEVER = {
+    "zero1": "the whole fp32 trained networks with their gradients and the whole frozen networks every GPU keeps, "
+             "plus one sequence's step, exceed one GPU",
+    "zero2": "the whole fp32 trained networks and the whole frozen networks every GPU keeps, plus one sequence's "
+             "step, exceed one GPU",
+    "zero3": f"not within {MAX_GPUS} GPUs: the whole frozen networks, the gathered modules and the whole fp32 actor "
+             f"gathered to generate, plus one sequence's step, exceed one GPU",
+    "zero3_offload": f"not within {MAX_GPUS} GPUs: the whole frozen networks, the gathered modules and the whole "
+                     f"fp32 actor gathered to generate, plus one sequence's step, exceed one GPU",
+}
+"""Why a ZeRO layout never fits the suite's engine (ENGINE_METHODS), which keeps float32 modules, leaves its frozen
+networks whole on every GPU and under ZeRO-3 generates in a gather of the whole actor (bench.memory_model)."""
 
 KEY_ALIASES = {
     "model.dtype": "dtype",
@@ -275,7 +298,8 @@ def format_gpu_counts(p: Prediction, why: str) -> list[str]:
     for name in LAYOUT_LABELS:
         count, memory = p.gpus.get(name), p.gpus_memory.get(name)
         if count is None or memory is None:
-            answer = f"never ({why})" if name == "dp" else f"never ({NEVER[name]})"
+            never = ENGINE_NEVER if p.method in ENGINE_METHODS else NEVER
+            answer = f"never ({why})" if name == "dp" else f"never ({never[name]})"
         else:
             answer = f"{count:>4}   peak {size(memory.peak_bytes)} in {memory.peak_phase}"
             if memory.host_bytes:

@@ -63,25 +63,42 @@ Training Trillion Parameter Models", arXiv:1910.02054, section 5). Every layout 
 (prompts x G; DPO's pairs) over the N GPUs, each running micro-batches of the same size on its share:
 
 - ``dp``, plain data parallelism (DDP): every GPU holds every network as on one GPU (the precision policy above).
-- ``zero1`` / ``zero2`` / ``zero3``: DeepSpeed's mixed precision, which is how a DeepSpeed run holds a trained
-  network: under bf16 the module is cast to bf16 (2 bytes a parameter, no autocast casts), its gradients are bf16,
-  and the float32 master weights (4 bytes a trained parameter) live with AdamW's moments in the optimizer's
-  partition — 16 bytes a trained parameter, as on one GPU. ZeRO-1 shards the optimizer state and the master
-  weights over the N GPUs, ZeRO-2 the gradients too, ZeRO-3 the weights too, and then gathers the weights of the
-  module it computes in (one decoder layer, or the embedding / LM head) plus the next one prefetched: 2 x the
-  largest module (``gathered_weights``). Frozen networks (reference, reward model) are replicated below ZeRO-3
-  and sharded under it (TRL's ``prepare_deepspeed`` and DeepSpeed-Chat run them in a stage-0 engine below
+- ``zero1`` / ``zero2`` / ``zero3``, TRL's trainers (grpo, dpo): DeepSpeed's mixed precision, which is how
+  accelerate hands TRL's trained network to DeepSpeed: under bf16 the module is cast to bf16 (2 bytes a parameter,
+  no autocast casts), its gradients are bf16, and the float32 master weights (4 bytes a trained parameter) live
+  with AdamW's moments in the optimizer's partition — 16 bytes a trained parameter, as on one GPU. ZeRO-1 shards
+  the optimizer state and the master weights over the N GPUs, ZeRO-2 the gradients too, ZeRO-3 the weights too,
+  and then gathers the weights of the module it computes in (one decoder layer, or the embedding / LM head) plus
+  the next one prefetched: 2 x the largest module (``gathered_weights``). Frozen networks (reference, reward model)
+  are replicated below ZeRO-3 and sharded under it (TRL's ``prepare_deepspeed`` runs them in a stage-0 engine below
   stage 3). DeepSpeed keeps its gradient partitions between steps (no ``gradients_freed``), and the optimizer's
   foreach buffer is the size of this GPU's partition. TRL's GRPO gathers the whole policy on every GPU to
   generate under ZeRO-3 (``ds3_gather_for_generation``, default true): a generation term of the full bf16 actor.
-  The suite's engine runs DDP under a DeepSpeed config today, so for its methods these are what-if answers.
+- ``zero1`` / ``zero2`` / ``zero3``, the suite's engine (ENGINE_METHODS; baselines.rollout_engine under
+  ``bench.launch.engine_zero``): the actor and PPO's critic, each with its torch AdamW, go through
+  ``deepspeed.initialize`` with no bf16 section, so the modules stay float32 (4 bytes a parameter) and their
+  gradients are float32; the suite's bf16 autocast runs the forwards, so the autocast casts are those of one GPU
+  (working copies, the engine's one transient cast in generation, a LoRA base's saved casts). DeepSpeed still
+  clones this GPU's partition of the trained weights into a float32 master copy for the optimizer (ZeRO-1/2's
+  ``single_partition_of_fp32_groups``, ZeRO-3's ``fp32_partitioned_groups_flat``: ``.clone().float()``, a copy
+  even of float32 weights), so a trained parameter costs 4 (weights) + 4 (gradients) + 4 (master) + 8 (moments)
+  = 20 bytes in all, of which ZeRO-1 shards the master and the moments, ZeRO-2 the gradients too, ZeRO-3 the
+  weights too (a LoRA network's frozen base included: ZeRO-3 partitions every parameter of the module it is
+  given), with 2 x the largest module gathered in float32. The reference and the reward model stay whole on
+  every rank at every stage (the engine does not hand them to DeepSpeed). Under ZeRO-3 the engine generates
+  inside ``deepspeed.zero.GatheredParameters`` of the whole actor: a generation term of the full float32 actor
+  (``gathered_actor``; the gather allocates whole tensors beside this GPU's shard, which it keeps). Under stage 0
+  the engine runs DDP: ``dp``.
 - ``zero3_offload``: ZeRO-3 with the optimizer (master weights, moments, a float32 gradient partition) and the
   weights offloaded to CPU memory (``offload_optimizer`` / ``offload_param``: cpu). The GPU keeps the gathered
-  modules and the per-phase terms; the offloaded bytes are reported as host memory, summed over the ranks.
-  ``Layout`` also takes optimizer offload alone (ZeRO-1 to 3).
+  modules and the per-phase terms; the offloaded bytes are reported as host memory, summed over the ranks. The
+  suite's engine keeps its torch AdamW for the offloaded step (``zero_force_ds_cpu_optimizer`` false: the same
+  host bytes) and its frozen networks whole on the GPU. ``Layout`` also takes optimizer offload alone (ZeRO-1
+  to 3).
 
-The per-phase terms keep the suite's policy (float32 residual stream, float32 K cache) under DeepSpeed too, an
-upper bound for bf16 modules; DeepSpeed's communication buckets and the CUDA context are not modelled.
+The per-phase terms keep the suite's policy (float32 residual stream, float32 K cache) under DeepSpeed too: what
+the suite's engine runs, an upper bound for TRL's bf16 modules. DeepSpeed's communication buckets (the gradient
+reduce bucket, ZeRO-3's prefetch bucket and small persistent parameters) and the CUDA context are not modelled.
 """
 
 from __future__ import annotations
@@ -113,7 +130,8 @@ METHOD_ROLES: dict[str, tuple[str, ...]] = {
 the online methods drop the reference."""
 
 ENGINE_METHODS = ("ppo", "ppo_verifier", "grpo_engine")
-"""Methods on the suite's engine: log-softmax upcast one sequence at a time (the rest are TRL trainers)."""
+"""Methods on the suite's engine: log-softmax upcast one sequence at a time; under ZeRO float32 trained modules,
+whole frozen networks and, under ZeRO-3, generation in a gather of the whole actor (the rest are TRL trainers)."""
 
 TRAINED_ROLES = ("actor", "critic")
 """Roles an optimizer updates (bench.precision.TRAINED_ROLES)."""
@@ -511,14 +529,18 @@ def frozen_weight_casts(shape: Shape, s: Settings, nets: dict[str, NetworkMemory
 def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], share: int = 1,
             layout: "Layout | None" = None) -> dict[str, dict[str, int]]:
     """Bytes each phase adds on top of the static total; ``share``: GPUs the rollout is split over; ``layout``: a
-    DeepSpeed layout (ZeRO stage >= 1), whose modules hold bf16 weights (no autocast casts), whose gradients stay
-    in their partitions between steps and whose optimizer steps on this GPU's partition (or on the CPU)."""
+    DeepSpeed layout (ZeRO stage >= 1), whose gradients stay in their partitions between steps and whose optimizer
+    steps on this GPU's partition (or on the CPU). TRL's modules hold bf16 weights there (no autocast casts); the
+    suite's engine keeps float32 modules under its own autocast (the casts of one GPU) and, under ZeRO-3,
+    generates inside a gather of the whole float32 actor."""
     compute = "float32" if s.dtype == "float32" else "bfloat16"
     zero = layout is not None and layout.stage > 0
+    engine = method in ENGINE_METHODS
+    bf16_modules = zero and not engine  # DeepSpeed's bf16 modules: nothing for autocast to cast
     # Each GPU runs micro-batches of the same size on its share of the step (fewer when the share is smaller).
     mb = min(s.micro_sequences(method), max(1, math.ceil(s.sequences_per_step(method) / share)))
     seq_len = s.prompt_tokens + s.completion_tokens
-    copies = {role: 0 if zero else n.working_copy_bytes for role, n in nets.items()}
+    copies = {role: 0 if bf16_modules else n.working_copy_bytes for role, n in nets.items()}
     phases: dict[str, dict[str, int]] = {}
     logit_positions = _logit_positions(method, s)
     if method != "dpo":
@@ -526,8 +548,12 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
         gen = {"kv_cache": kv_cache_bytes(shape, compute, rollout, seq_len),
                "sampling_logits": 3 * 4 * shape.vocab * rollout,
                "prefill_working": forward_working_bytes(shape, compute, rollout * s.prompt_tokens),
-               "actor_working_copy": 0 if zero else generation_weight_casts(shape, method, s, nets["actor"])}
-        if zero and layout.stage == 3 and method not in ENGINE_METHODS and s.ds3_gather_for_generation:
+               "actor_working_copy": 0 if bf16_modules else generation_weight_casts(shape, method, s, nets["actor"])}
+        if zero and layout.stage == 3 and engine:
+            # Engine.sample runs in deepspeed.zero.GatheredParameters of every actor parameter (a LoRA base too):
+            # whole float32 tensors allocated on every rank beside the shard it keeps (offloaded or not).
+            gen["gathered_actor"] = nets["actor"].parameters * 4
+        elif zero and layout.stage == 3 and s.ds3_gather_for_generation:
             # TRL's unwrap_model_for_generation gathers every shard of the policy: the whole module minus this
             # GPU's own shard (with the weights offloaded, the whole module).
             actor = nets["actor"].parameters * DTYPE_BYTES[s.dtype]
@@ -545,7 +571,7 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
     update = {"activations": update_activations(shape, method, s, tuple(nets), mb, s.gradient_checkpointing),
               "logits": logit_bytes(shape, compute, mb, logit_positions, method, backward=True),
               "working_copies": sum(copies.values())}
-    if not zero and frozen_weight_casts(shape, s, nets):
+    if not bf16_modules and frozen_weight_casts(shape, s, nets):
         update["frozen_weight_casts"] = frozen_weight_casts(shape, s, nets)
     phases["update"] = update
     # torch's AdamW on GPU defaults to the foreach implementation, whose step holds one parameter-sized buffer
@@ -555,7 +581,7 @@ def _phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemor
     parts = 0 if layout is not None and layout.offload_optimizer else (layout.gpus if zero else 1)
     phases["optimizer_step"] = {"adamw_foreach_buffer": max((math.ceil(b / parts) for b in trained), default=0)
                                 if parts else 0}
-    if method not in ENGINE_METHODS and not zero:  # TRL's Trainer frees gradients after each step (set_to_none)
+    if not engine and not zero:  # TRL's Trainer frees gradients after each step (set_to_none)
         grads = sum(n.gradients_bytes for n in nets.values())
         for name, terms in phases.items():
             if name not in ("update", "optimizer_step") and grads:
@@ -655,12 +681,13 @@ def largest_module(shape: Shape) -> int:
     return max(sum(shape.layer_tensors()), shape.vocab * shape.hidden)
 
 
-def layout_static(shape: Shape, s: Settings, nets: dict[str, NetworkMemory],
+def layout_static(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory],
                   layout: Layout) -> tuple[dict[str, int], int]:
     """(bytes resident on each GPU by kind, bytes offloaded to CPU memory over all ranks) for ``layout``.
 
-    Plain DP: the networks as on one GPU (float32 storage of trained networks is their master copy). ZeRO: trained
-    modules in the spec's dtype with float32 master weights in the optimizer partition (module docstring).
+    Plain DP: the networks as on one GPU (float32 storage of trained networks is their master copy). ZeRO: a
+    float32 master partition beside the trained modules, which are in the spec's dtype for TRL's trainers and
+    float32 for the suite's engine, whose frozen networks also stay whole at every stage (module docstring).
     """
     n, stage = layout.gpus, layout.stage
     terms = {"weights": 0, "gradients": 0, "master_weights": 0, "optimizer": 0, "gathered_weights": 0}
@@ -670,18 +697,20 @@ def layout_static(shape: Shape, s: Settings, nets: dict[str, NetworkMemory],
             terms["gradients"] += net.gradients_bytes
             terms["optimizer"] += net.optimizer_bytes
         return {**terms, "total": sum(terms.values())}, 0
-    module = DTYPE_BYTES[s.dtype]
+    engine = method in ENGINE_METHODS
+    module = 4 if engine else DTYPE_BYTES[s.dtype]  # the engine's DeepSpeed config has no bf16 section
     host = 0
     for net in nets.values():
         trained = net.trainable_parameters if net.trained else 0
         weights = net.parameters * module if net.trained else net.weights_bytes
         grads = trained * module
-        master = trained * 4 if module != 4 else 0  # fp32 modules are their own master copy
+        master = trained * 4  # DeepSpeed clones its partition into a float32 copy, of float32 weights too
         optim = net.optimizer_bytes
-        if layout.offload_params:
+        sharded = stage == 3 and (net.trained or not engine)  # the engine's frozen networks stay whole
+        if layout.offload_params and sharded:
             host += weights
         else:
-            terms["weights"] += math.ceil(weights / n) if stage == 3 else weights
+            terms["weights"] += math.ceil(weights / n) if sharded else weights
         if layout.offload_optimizer:  # the step runs on the CPU over a float32 copy of the gradient partition
             host += master + optim + 4 * trained
             terms["gradients"] += grads if stage == 1 else 0  # from stage 2 the partitions go to the CPU
@@ -698,7 +727,7 @@ def layout_memory(shape: Shape | dict[str, Any], method: str, s: Settings, layou
     """Per-GPU memory of ``method`` spread over ``layout`` (the rollout split over its GPUs)."""
     sh = shape if isinstance(shape, Shape) else Shape.from_fields(shape)
     nets = {role: network_memory(sh, role, s) for role in roles_for(method, s)}
-    static, host = layout_static(sh, s, nets, layout)
+    static, host = layout_static(sh, method, s, nets, layout)
     phases = _phases(sh, method, s, nets, share=layout.gpus, layout=layout)
     peak, phase = _peak(static["total"], phases)
     return LayoutMemory(layout, static, host, phases, peak, phase, peak <= s.gpu_memory_bytes)
@@ -733,13 +762,16 @@ def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | Non
     if layout is not None:
         asked = layout_memory(sh, method, s, layout)
         asked.max_micro_batch = max_micro_batch(sh, method, s, layout)
-    notes = ["static terms exact; per-phase terms approximate (no allocator cache, CUDA context or fragmentation)",
-             "ZeRO layouts: DeepSpeed's mixed precision (bf16 modules, fp32 master weights in the optimizer "
-             "partition); communication buckets not modelled"]
+    notes = ["static terms exact; per-phase terms approximate (no allocator cache, CUDA context or fragmentation)"]
     if method in ENGINE_METHODS:
-        notes.append("the suite's engine runs DDP under a DeepSpeed config today: its ZeRO answers are what a ZeRO "
-                     "run would hold")
-    elif method != "dpo" and s.ds3_gather_for_generation:
+        notes.append("ZeRO layouts: the suite's engine under DeepSpeed (fp32 actor and critic modules under its own "
+                     "bf16 autocast, DeepSpeed's fp32 master partition; reference and reward model whole on every "
+                     "GPU; ZeRO-3 generates inside a gather of the whole fp32 actor); communication buckets not "
+                     "modelled")
+    else:
+        notes.append("ZeRO layouts: DeepSpeed's mixed precision (bf16 modules, fp32 master weights in the optimizer "
+                     "partition); communication buckets not modelled")
+    if method not in ENGINE_METHODS and method != "dpo" and s.ds3_gather_for_generation:
         notes.append("under ZeRO-3 TRL's GRPO gathers the whole policy on every GPU to generate "
                      "(ds3_gather_for_generation=false avoids it, generating slower)")
     return Prediction(

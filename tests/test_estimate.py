@@ -153,8 +153,12 @@ def test_one_layout_asked_for_gives_its_per_gpu_peak_and_whether_it_fits(capsys)
     two = json.loads(out)["layout"]
     assert not two["fits"] and two["peak_bytes"] > eight["peak_bytes"] and two["max_micro_batch"] == 0
     _, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "ppo", "--json", "--offload", "all", "--gpus", "2")
-    offload = json.loads(out)["layout"]
-    assert (offload["layout"], offload["static"]["weights"], offload["static"]["optimizer"]) == ("zero3_offload", 0, 0)
+    data = json.loads(out)
+    offload, nets = data["layout"], data["networks"]
+    # The suite's engine offloads its trained networks; the frozen reward model and reference stay whole on the GPU.
+    frozen = nets["reward"]["weights_bytes"] + nets["reference"]["weights_bytes"]
+    assert (offload["layout"], offload["static"]["weights"], offload["static"]["optimizer"]) == (
+        "zero3_offload", frozen, 0)
     assert offload["host_bytes_per_gpu"] * 2 == offload["host_bytes"] > 0
 
 
@@ -177,3 +181,14 @@ def test_lora_drops_the_reference_and_most_gpus(capsys):
     assert lora["gpus"]["zero3"] < full["gpus"]["zero3"]
     _, table, _ = run(capsys, "--model", "llama-3.1-70b", "--method", "dpo", "train.lora.r=32")
     assert "reference  actor's base, adapters off" in table
+
+
+def test_the_engine_says_why_its_zero_layouts_never_fit(capsys):
+    code, out, _ = run(capsys, "--model", "llama-3.1-70b", "--method", "grpo_engine", "lora_rank=32")
+    assert code == 0
+    zero3 = next(line for line in out.splitlines() if line.strip().startswith("ZeRO-3 (+ weights sharded)"))
+    assert "never" in zero3 and "whole fp32 actor gathered to generate" in zero3
+    assert "reference and reward model whole on every GPU" in out  # the engine's ZeRO note
+    _, out, _ = run(capsys, "--model", "llama-3.1-70b", "--method", "dpo")  # TRL: sharded, with a count
+    zero3 = next(line for line in out.splitlines() if line.strip().startswith("ZeRO-3 (+ weights sharded)"))
+    assert "never" not in zero3 and "bf16 modules" in out

@@ -137,7 +137,11 @@ def test_gpu_counts_data_parallel_needs_the_static_terms_on_one_gpu_zero3_shards
     p = predict(fields, "ppo", Settings(gpu_memory_bytes=80 * GIB))
     assert not p.fits and p.max_micro_batch == 0
     assert p.gpus_data_parallel is None  # 4 networks of 70B: ~2.3 TiB of static state on every GPU
-    assert p.gpus_zero3 is not None and p.gpus_zero3 * 80 * GIB > p.static_bytes
+    # The suite's engine keeps the reference and reward model whole on every GPU and gathers the whole fp32 actor
+    # (~263 GiB) to generate under ZeRO-3: no GPU count of 80 GiB fits it.
+    assert p.gpus_zero3 is None and p.gpus["zero3_offload"] is None
+    dpo = predict(fields, "dpo", Settings(gpu_memory_bytes=80 * GIB))  # TRL: ZeRO-3 shards every network
+    assert dpo.gpus_zero3 is not None and dpo.gpus_zero3 * 80 * GIB > dpo.static_bytes
     small = Settings(gpu_memory_bytes=80 * GIB, micro_batch_size=8)
     assert gpus_data_parallel(Shape.from_fields(architecture_fields("qwen2.5-0.5b")), "ppo", small) == 1
 
@@ -386,69 +390,136 @@ def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype):
 
 # ------------------------------------------------------------------------------------------------ layouts: ZeRO, LoRA
 
-def test_each_zero_stage_shards_what_it_should_on_a_small_ppo_step():
+def test_each_zero_stage_shards_what_it_should_for_trl_grpo():
     from bench.memory_model import Layout, layout_memory
 
-    # DeepSpeed's bf16 mixed precision on SMALL's PPO networks (see the first test for the element counts):
+    # DeepSpeed's bf16 mixed precision on SMALL's GRPO networks (see the first test for the element counts):
     # actor 1736 parameters in 27 tensors: bf16 weights 3472, bf16 gradients 3472, fp32 master 6944, AdamW
-    # 2 x 1736 x 4 + 4 x 27 = 13996; critic 1489 in 28 tensors: 2978, 2978, 5956, 11912 + 112 = 12024; frozen
-    # reward 1488 x 2 = 2976 and reference 1736 x 2 = 3472. Two GPUs.
-    def static(stage, **offload):
-        m = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(stage, 2, **offload))
+    # 2 x 1736 x 4 + 4 x 27 = 13996; frozen reference 1736 x 2 = 3472. Two GPUs.
+    def static(stage, settings=SMALL_SETTINGS, **offload):
+        m = layout_memory(SMALL, "grpo", settings, Layout(stage, 2, **offload))
         return m.static, m.host_bytes
 
-    replicated = 3472 + 2978 + 2976 + 3472  # every network's weights on every GPU below ZeRO-3
+    replicated = 3472 + 3472  # every network's weights on every GPU below ZeRO-3
     zero1, host = static(1)  # optimizer state and master weights halved, gradients whole
-    assert zero1 == {"weights": replicated, "gradients": 3472 + 2978, "master_weights": 3472 + 2978,
-                     "optimizer": 6998 + 6012, "gathered_weights": 0, "total": 38808} and host == 0
+    assert zero1 == {"weights": replicated, "gradients": 3472, "master_weights": 3472, "optimizer": 6998,
+                     "gathered_weights": 0, "total": 20886} and host == 0
     zero2, _ = static(2)  # + gradients halved
-    assert zero2["gradients"] == 1736 + 1489 and zero2["total"] == 38808 - 3225
-    zero3, _ = static(3)  # + every network's weights halved, frozen ones included, and two gathered modules:
-    # the largest is a decoder layer (608 elements) over the embedding / LM head (32 x 8 = 256), in bf16.
-    assert (zero3["weights"], zero3["gathered_weights"]) == (1736 + 1489 + 1488 + 1736, 2 * 608 * 2)
-    assert zero3["total"] == 6449 + 3225 + 6450 + 13010 + 2432 == 31566
+    assert zero2["gradients"] == 1736 and zero2["total"] == 20886 - 1736
+    zero3, _ = static(3)  # + every network's weights halved, the frozen reference included, and two gathered
+    # modules: the largest is a decoder layer (608 elements) over the embedding / LM head (32 x 8 = 256), in bf16.
+    assert (zero3["weights"], zero3["gathered_weights"]) == (1736 + 1736, 2 * 608 * 2)
+    assert zero3["total"] == 3472 + 1736 + 3472 + 6998 + 2432 == 18110
     offloaded, host = static(3, offload_optimizer=True, offload_params=True)
     assert offloaded == {"weights": 0, "gradients": 0, "master_weights": 0, "optimizer": 0,
                          "gathered_weights": 2432, "total": 2432}
-    # Host, all ranks: every network's bf16 weights + per trained network its master weights, AdamW state and a
-    # float32 gradient partition (4 + 12 + 4 bytes a trained parameter, plus the step tensors).
-    assert host == replicated + (6944 + 13996 + 6944) + (5956 + 12024 + 5956) == 64718
+    # Host, all ranks: every network's bf16 weights + the actor's master weights, AdamW state and a float32
+    # gradient partition (4 + 12 + 4 bytes a trained parameter, plus the step tensors).
+    assert host == replicated + 6944 + 13996 + 6944 == 34828
     optimizer_only, host = static(2, offload_optimizer=True)
     assert (optimizer_only["weights"], optimizer_only["gradients"], optimizer_only["optimizer"]) == (replicated, 0, 0)
-    assert host == 64718 - replicated
+    assert host == 34828 - replicated
+    # float32: the modules are float32, and DeepSpeed still clones its partition into a float32 master copy.
+    fp32, _ = static(1, replace(SMALL_SETTINGS, dtype="float32"))
+    assert fp32 == {"weights": 6944 + 6944, "gradients": 6944, "master_weights": 3472, "optimizer": 6998,
+                    "gathered_weights": 0, "total": 31302}
 
 
-def test_zero_phases_hold_no_autocast_casts_split_the_rollout_and_step_one_partition():
+def test_the_engine_under_zero2_and_zero3_every_term_by_hand():
+    """The suite's engine (PPO) as ``deepspeed.initialize`` runs it (baselines.rollout_engine): float32 actor and
+    critic with float32 gradients, DeepSpeed's float32 master partition and AdamW's moments sharded, the reference
+    and the reward model whole on every GPU, the suite's autocast casts as on one GPU, and under ZeRO-3 generation
+    in a gather of the whole float32 actor."""
     from bench.memory_model import Layout, layout_memory
 
-    m = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(2, 2))
+    # Actor 1736 parameters in 27 tensors: fp32 weights 6944, fp32 gradients 6944, master 6944, AdamW 13996;
+    # critic 1489 in 28 tensors: 5956, 5956, 5956, 12024; frozen bf16 reward 1488 x 2 = 2976 and reference
+    # 1736 x 2 = 3472, whole at every stage. Two GPUs.
+    frozen = 2976 + 3472
+    zero2 = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(2, 2))
+    assert zero2.static == {"weights": 6944 + 5956 + frozen, "gradients": 3472 + 2978,
+                            "master_weights": 3472 + 2978, "optimizer": 6998 + 6012, "gathered_weights": 0,
+                            "total": 19348 + 6450 + 6450 + 13010} and zero2.host_bytes == 0
+    assert zero2.static["total"] == 45258
+    zero3 = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(3, 2))
+    # + the trained weights halved (not the frozen ones) and two gathered float32 modules (2 x 608 x 4).
+    assert zero3.static == {"weights": 3472 + 2978 + frozen, "gradients": 6450, "master_weights": 6450,
+                            "optimizer": 13010, "gathered_weights": 4864, "total": 43672}
+    assert zero3.host_bytes == 0
+
+    # Phases: 4 sequences over 2 GPUs, 2 each, micro-batches of 2 (16 tokens); the terms of the first test.
+    gen = zero3.phases["generation"]
+    assert gen == {"kv_cache": 2 * 8 * 48, "sampling_logits": 3 * 4 * 32 * 2, "prefill_working": 6 * 192,
+                   "actor_working_copy": 512,  # the engine's one transient bf16 cast (the LM head), as on one GPU
+                   "gathered_actor": 1736 * 4,  # GatheredParameters: the whole fp32 actor beside its shard
+                   "total": 768 + 768 + 1152 + 512 + 6944}
+    assert zero3.phases["reward"]["total"] == 16 * 192 + 16 * 8 * 2 == 3328
+    assert zero3.phases["reference"]["total"] == 3072 + 32 * (12 * 2 + 2 * 4 * 6) == 5376
+    assert zero3.phases["critic"] == {"forward_working": 3072, "critic_working_copy": 2304, "total": 5376}
+    update = {"activations": 2 * (16 * 2 * 408 + 1024 + 192), "logits": 32 * (12 * 2 * 2 + 2 * 4 * 6),
+              "working_copies": 2816 + 2304}  # autocast caches bf16 casts of the fp32 modules, as on one GPU
+    assert zero3.phases["update"] == {**update, "total": 28544 + 3072 + 5120}
+    assert zero3.phases["optimizer_step"] == {"adamw_foreach_buffer": 1736 * 4 // 2, "total": 3472}
+    assert "gradients_freed" not in gen  # the engine keeps its gradient partitions
+    assert (zero3.peak_phase, zero3.peak_bytes) == ("update", 43672 + 36736)
+    # ZeRO-2: the same phases without the gather (the weights are whole already).
+    assert "gathered_actor" not in zero2.phases["generation"]
+    assert zero2.phases["generation"]["total"] == 768 + 768 + 1152 + 512
+    assert {k: v for k, v in zero2.phases.items() if k != "generation"} == {
+        k: v for k, v in zero3.phases.items() if k != "generation"}
+    assert (zero2.peak_phase, zero2.peak_bytes) == ("update", 45258 + 36736)
+
+    # ZeRO-3 with everything offloaded: the trained networks' weights and optimizer state go to the host, the
+    # frozen networks stay whole on the GPU, and generation still gathers the whole actor.
+    offloaded = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(3, 2, True, True))
+    assert offloaded.static == {"weights": frozen, "gradients": 0, "master_weights": 0, "optimizer": 0,
+                                "gathered_weights": 4864, "total": 6448 + 4864}
+    assert offloaded.host_bytes == 6944 + 5956 + (6944 + 13996 + 6944) + (5956 + 12024 + 5956) == 64720
+    assert offloaded.phases["generation"]["gathered_actor"] == 6944
+    # With LoRA the gather covers the frozen fp32 base too (2248 parameters), and the saved casts stay.
+    lora = layout_memory(SMALL, "grpo_engine", replace(SMALL_SETTINGS, lora_rank=2), Layout(3, 2))
+    assert lora.phases["generation"]["gathered_actor"] == 2248 * 4 and lora.phases["update"]["frozen_weight_casts"]
+
+
+def test_zero_phases_of_trl_hold_no_autocast_casts_split_the_rollout_and_step_one_partition():
+    from bench.memory_model import Layout, layout_memory
+
+    m = layout_memory(SMALL, "grpo", SMALL_SETTINGS, Layout(2, 2))
     # bf16 modules: nothing to cast. 4 sequences over 2 GPUs: 2 each, 8 tokens x 48 B of KV cache per token.
     assert m.phases["generation"]["kv_cache"] == 2 * 8 * 48 and m.phases["generation"]["actor_working_copy"] == 0
-    assert m.phases["update"]["working_copies"] == 0 and m.phases["critic"]["critic_working_copy"] == 0
-    # AdamW's foreach buffer covers this GPU's fp32 partition of the larger optimizer: 1736 x 4 / 2.
+    assert m.phases["update"]["working_copies"] == 0
+    # AdamW's foreach buffer covers this GPU's fp32 partition: 1736 x 4 / 2.
     assert m.phases["optimizer_step"]["adamw_foreach_buffer"] == 3472
-    assert layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(3, 2, True, True)).phases["optimizer_step"]["total"] == 0
+    assert layout_memory(SMALL, "grpo", SMALL_SETTINGS, Layout(3, 2, True, True)).phases["optimizer_step"][
+        "total"] == 0
     # TRL's GRPO under ZeRO-3 gathers the whole bf16 policy to generate: 3472 less the 1736 it holds; DeepSpeed
     # keeps its gradient partitions, so nothing is freed.
     trl = layout_memory(SMALL, "grpo", SMALL_SETTINGS, Layout(3, 2)).phases
     assert trl["generation"]["gathered_policy"] == 1736 and "gradients_freed" not in trl["generation"]
+    assert "gathered_actor" not in trl["generation"]
     no_gather = replace(SMALL_SETTINGS, ds3_gather_for_generation=False)
     assert "gathered_policy" not in layout_memory(SMALL, "grpo", no_gather, Layout(3, 2)).phases["generation"]
-    assert "gathered_policy" not in layout_memory(SMALL, "grpo_engine", SMALL_SETTINGS, Layout(3, 2)).phases[
-        "generation"]  # the engine gathers one module at a time
+    engine = layout_memory(SMALL, "grpo_engine", SMALL_SETTINGS, Layout(3, 2)).phases["generation"]
+    assert "gathered_policy" not in engine and engine["gathered_actor"] == 6944  # the engine's own gather
 
 
-def test_plain_dp_on_one_gpu_is_the_one_gpu_prediction_and_zero_costs_the_same_bytes_there():
+def test_plain_dp_on_one_gpu_is_the_one_gpu_prediction_and_zero_costs_its_bytes_there():
     from bench.memory_model import Layout, layout_memory
 
     p = predict(SMALL, "ppo", SMALL_SETTINGS)
     one = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout())
     assert (one.static["total"], one.peak_bytes, one.peak_phase) == (p.static_bytes, p.peak_bytes, p.peak_phase)
-    # 16 bytes a trained parameter either way (fp32 weights + grads + moments, or bf16 weights + grads + fp32
+    # TRL: 16 bytes a trained parameter either way (fp32 weights + grads + moments, or bf16 weights + grads + fp32
     # master + moments); the frozen networks as stored.
+    trl = predict(SMALL, "grpo", SMALL_SETTINGS)
     for stage in (1, 2):
-        assert layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(stage, 1)).static["total"] == p.static_bytes
-    assert layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(3, 1)).static["total"] == p.static_bytes + 2432
+        assert layout_memory(SMALL, "grpo", SMALL_SETTINGS, Layout(stage, 1)).static["total"] == trl.static_bytes
+    assert layout_memory(SMALL, "grpo", SMALL_SETTINGS, Layout(3, 1)).static["total"] == trl.static_bytes + 2432
+    # The engine: its fp32 modules plus DeepSpeed's fp32 master clone, 4 bytes a trained parameter more (actor
+    # 1736 + critic 1489), and under ZeRO-3 two gathered fp32 modules.
+    for stage in (1, 2):
+        assert layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(stage, 1)).static["total"] == p.static_bytes + 12900
+    assert layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout(3, 1)).static["total"] == p.static_bytes + 12900 + 4864
 
 
 def test_lora_trains_adapters_only_and_the_reference_costs_nothing():
@@ -507,16 +578,25 @@ def test_each_gpu_count_is_the_fewest_that_fits():
 
     fields = architecture_fields("qwen2.5-7b")
     s = Settings()
-    p = predict(fields, "ppo", s)
-    assert set(p.gpus) == set(LAYOUTS) and p.gpus["dp"] is None and p.gpus["zero1"] is None
-    assert (p.gpus_data_parallel, p.gpus_zero3) == (p.gpus["dp"], p.gpus["zero3"])
-    for name in ("zero2", "zero3", "zero3_offload"):
-        n = p.gpus[name]
-        assert layout_memory(fields, "ppo", s, Layout.named(name, n)).fits, name
-        assert n == 1 or not layout_memory(fields, "ppo", s, Layout.named(name, n - 1)).fits, name
-        assert p.gpus_memory[name].layout.gpus == n
-    assert p.gpus["zero2"] > p.gpus["zero3"] >= p.gpus["zero3_offload"]
-    assert p.gpus_memory["zero3_offload"].host_bytes > p.static_bytes / 2  # the offloaded state is on the host
+    for method in ("ppo", "grpo_engine", "grpo"):
+        p = predict(fields, method, s)
+        assert set(p.gpus) == set(LAYOUTS) and p.gpus["dp"] is None
+        assert (p.gpus_data_parallel, p.gpus_zero3) == (p.gpus["dp"], p.gpus["zero3"])
+        for name in ("zero2", "zero3", "zero3_offload"):
+            n = p.gpus[name]
+            if n is None:
+                continue
+            assert layout_memory(fields, method, s, Layout.named(name, n)).fits, (method, name)
+            assert n == 1 or not layout_memory(fields, method, s, Layout.named(name, n - 1)).fits, (method, name)
+            assert p.gpus_memory[name].layout.gpus == n
+        assert p.gpus["zero3"] >= p.gpus["zero3_offload"]
+        assert p.gpus_memory["zero3_offload"].host_bytes > p.static_bytes / 2  # the offloaded state is on the host
+    # The engine's PPO keeps whole fp32 actor and critic below ZeRO-3 (plus the whole bf16 reference and reward
+    # model): more than 80 GiB at any count; TRL's GRPO fits ZeRO-2 on fewer GPUs than the engine's GRPO, which
+    # keeps 4-byte weights whole on every GPU.
+    ppo, engine, trl = (predict(fields, m, s).gpus for m in ("ppo", "grpo_engine", "grpo"))
+    assert ppo["zero1"] is None and ppo["zero2"] is None and ppo["zero3"] is not None
+    assert trl["zero2"] < engine["zero2"] and engine["zero2"] > engine["zero3"]
 
 
 def test_an_impossible_layout_is_refused():
