@@ -187,6 +187,17 @@ log="$suite/run.log"
 : > "$log"
 start=$SECONDS
 left() { echo $((limit - (SECONDS - start))); }
+# guarded SECONDS KILL_AFTER CMD...: CMD under the guard, its output appended to the log; status 124 without running
+# it when no time is left (timeout(1) would refuse a limit of 0 or less with its own status 125).
+guarded() {
+  local seconds="$1" kill_after="$2"; shift 2
+  if [ "$seconds" -le 0 ]; then
+    say "no time left under the ${limit} s guard: not started"
+    return 124
+  fi
+  timeout --signal=INT --kill-after="$kill_after" "$seconds" "$@" 2>&1 | tee -a "$log"
+  return "${PIPESTATUS[0]}"
+}
 
 say "python: $py ($("$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'))"
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -208,8 +219,8 @@ set -e
 # --- step 1: every method at 0.5B ---
 say "step 1 (at most $(left) s): ${run1[*]}"
 set +e
-timeout --signal=INT --kill-after=30 "$(left)" "${run1[@]}" 2>&1 | tee -a "$log"
-bench_rc=${PIPESTATUS[0]}
+guarded "$(left)" 30 "${run1[@]}"
+bench_rc=$?
 set -e
 say "step 1 finished after $((SECONDS - start)) s with status $bench_rc"
 if [ "$bench_rc" = 124 ] || [ "$bench_rc" = 137 ]; then
@@ -241,8 +252,8 @@ elif [ -f "$suite/step1/suite.json" ]; then
     guard2=$(( $(left) - reserve_s ))
     say "step 2 (at most ${guard2} s): ${run2[*]}"
     set +e
-    timeout --signal=INT --kill-after=15 "$guard2" "${run2[@]}" 2>&1 | tee -a "$log"
-    step2_rc=${PIPESTATUS[0]}
+    guarded "$guard2" 15 "${run2[@]}"
+    step2_rc=$?
     set -e
     say "step 2 finished with status $step2_rc"
     if [ "$step2_rc" != 0 ] && [ -f "$suite/step2/suite.json" ]; then
@@ -264,8 +275,8 @@ if [ "$step3_go" = 0 ] && [ "$(left)" -gt $((reserve_s + 60)) ]; then
         methods.dpo.enabled=false "${step3_point[@]}")
   echo "step 3: ZeRO-2, 2 processes, TRL's GRPO at 0.5B: ${run3[*]}" > "$suite/step3.txt"
   set +e
-  timeout --signal=INT --kill-after=15 "$(( $(left) - reserve_s ))" "${run3[@]}" 2>&1 | tee -a "$log"
-  step3_rc=${PIPESTATUS[0]}
+  guarded "$(( $(left) - reserve_s ))" 15 "${run3[@]}"
+  step3_rc=$?
   set -e
   echo "step 3 finished with status $step3_rc" >> "$suite/step3.txt"
 elif [ "$step3_go" = 0 ]; then
