@@ -39,7 +39,8 @@ def _launched(peaks: dict[str, list[int | None]], strategy: str = "ddp", backend
         memory["peak_bytes_max"], memory["peak_bytes_sum"] = max(measured), sum(measured)
         memory["peak_bytes"] = max(measured)
         result["settings"]["parallel"] = {"launcher": "accelerate", "processes": n, "backend": backend,
-                                          "strategy": strategy, "prompts_per_rank_per_step": 8 // n}
+                                          "strategy": strategy, "config_strategy": strategy,  # as launch.py
+                                          "prompts_per_rank_per_step": 8 // n}
         result["environment"]["launcher"] = {"name": "accelerate", "processes": n, "backend": backend,
                                              "config_file": "bench/accelerate/ddp.yaml",
                                              "config": config or {"distributed_type": "MULTI_GPU"}}

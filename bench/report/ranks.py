@@ -107,7 +107,7 @@ def layout(run: Run) -> dict[str, Any]:
     parallel = (run.result.get("settings") or {}).get("parallel") or {}
     launcher_env = (run.result.get("environment") or {}).get("launcher") or {}
     n = processes(run)
-    strategy = parallel.get("strategy")
+    strategy = ran = parallel.get("strategy")
     if isinstance(strategy, str) and strategy.startswith("deepspeed"):
         # bench.launch.config_strategy names it deepspeed-zero<k>[-offload]; the config says what is offloaded.
         ds = ((launcher_env.get("config") or {}).get("deepspeed_config") or {})
@@ -122,7 +122,7 @@ def layout(run: Run) -> dict[str, Any]:
         if offload:
             strategy += f" (offload {', '.join(offload)})"
     asked = parallel.get("config_strategy")
-    if strategy and asked and asked != strategy:  # the suite engine runs DDP under a ZeRO config
+    if strategy and asked and asked != ran:  # e.g. the suite engine ran DDP under a ZeRO stage-0 config
         strategy += f" (config asks {asked})"
     return {"launcher": parallel.get("launcher") or launcher_env.get("name") or ("none" if n == 1 else None),
             "strategy": strategy, "processes": n,
