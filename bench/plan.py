@@ -62,6 +62,8 @@ def describe_method(spec: Spec, method: str) -> list[str]:
     lines = [f"networks: {describe_policy(policy)}",
              f"max length: prompt + {spec.generation.max_new_tokens} new tokens (the longest prompt is measured at "
              f"run time; offline pairs: their longest prompt + completion)"]
+    own = f"methods.{method}.learning_rate" if cfg.learning_rate is not None else "train.learning_rate"
+    lines.append(f"learning rate: {cfg.resolved_learning_rate(spec):g} ({own})")
     lines += [f"{name}: {value}" for name, value in module.describe(spec, cfg).items()]
     return lines
 
@@ -77,7 +79,7 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
         + f"; {spec.task.train_size} train prompts, {spec.task.test_size} test questions",
         f"matched budget: {t.steps} steps x {t.prompts_per_step} prompts x G={t.group_size} = "
         f"{spec.completions_per_step} completions/step, {spec.generation.max_new_tokens} new tokens, "
-        f"temperature {spec.generation.temperature}, lr {t.learning_rate}",
+        f"temperature {spec.generation.temperature}, lr {t.learning_rate} (unless a method sets its own)",
         f"sample pool pairs: {spec.sample_pool.pairs}; evaluation: "
         + (f"{spec.task.test_size} questions, greedy" if spec.eval.enabled else "off (eval.enabled: false)"),
         f"{len(runs)} runs (stages one at a time, then {spec.parallel_runs} method run(s) at a time"

@@ -354,8 +354,8 @@ class LauncherSpec:
     one on a CPU-only machine runs over gloo (a test of the path, not a speed-up)."""
     config_file: str | None = None
     """An accelerate config file (null: the shipped bench/accelerate/ddp.yaml); shipped: ddp, zero2, zero3,
-    zero3_offload (DeepSpeed ones need GPUs and DeepSpeed: pip install '.[deepspeed]'; they shard TRL's GRPO and
-    DPO, while the suite engine runs DDP under them and records so in settings.parallel)."""
+    zero3_offload (DeepSpeed ones need GPUs and DeepSpeed: pip install '.[deepspeed]'; TRL's GRPO and DPO follow
+    them, and the suite engine shards its actor and critic through deepspeed.initialize at ZeRO stages 1-3)."""
 
 
 def _default_methods() -> dict[str, Any]:

@@ -24,7 +24,8 @@ def make_ctx(spec, method: str, tmp_path: Path, device: str = "cpu", seed: int =
 def test_grpo_config_carries_the_matched_budget(tmp_path: Path) -> None:
     spec = load_spec("cpu-tiny", ["train.steps=123", "train.prompts_per_step=4", "train.group_size=6",
                                   "generation.max_new_tokens=20", "generation.temperature=0.8",
-                                  "generation.top_p=0.9", "train.kl_beta=0.07", "train.learning_rate=2e-4"])
+                                  "generation.top_p=0.9", "train.kl_beta=0.07", "train.learning_rate=2e-4",
+                                  "methods.grpo.learning_rate=null"])  # cpu-tiny ships a tuned rate of its own
     config = grpo_config(make_ctx(spec, "grpo", tmp_path))
     assert config.max_steps == 123
     assert config.per_device_train_batch_size == 24  # TRL counts completions: 4 prompts x G 6

@@ -95,7 +95,15 @@ def test_the_shipped_grids_expand_into_the_declared_points() -> None:
     assert len(grids["dpo"].points()) == 2 * 2 * 3  # product: learning rate x beta x loss variant
     assert {p["methods.dpo.loss_type"] for p in grids["dpo"].points()} == {"sigmoid", "ipo", "sigmoid,sft"}
     assert len(grids["ppo"].points()) == 1 + 2 + 1 + 1 + 1 + 1  # one at a time over five knobs
-    assert grids["grpo"].points()[0] == {"methods.grpo.learning_rate": 2.0e-4}  # the preset's own value first
+    # Every axis starts at the preset's own value, so a tune can only match or beat the shipped settings.
+    spec = load_spec("cpu-tiny", [])
+    for method, grid in grids.items():
+        for key, values in grid.axes.items():
+            node: object = spec
+            for part in key.split("."):
+                node = node[part] if isinstance(node, dict) else getattr(node, part)
+            assert values[0] == node, (method, key, values[0], node)
+    assert grids["grpo"].points()[0] == {"methods.grpo.learning_rate": 1.0e-4}  # the tuned value the preset ships
     assert grids_for("gsm8k-qwen0.5b", read_grid_file())[1]["dpo"].axes["methods.dpo.learning_rate"][0] == 5.0e-7
 
 
