@@ -377,7 +377,7 @@ def test_headline_says_which_methods_were_tuned_on_validation(tmp_path: Path) ->
     from bench.report.overview import headline_table
     from bench.results import write_json_atomic
 
-    suite_dir = write_suite(tmp_path, methods=("grpo", "dpo"))
+    suite_dir = write_suite(tmp_path, methods=("grpo", "dpo", "control"))
     res = method_result("dpo")
     res["spec"]["tuning"] = {"methods": {"dpo": {"chosen": {"learning_rate": 3e-5}, "score": {"mean": 0.5},
                                                  "points": [{}, {}, {}], "n_questions": 500, "seeds": [0, 1]}}}
@@ -386,3 +386,4 @@ def test_headline_says_which_methods_were_tuned_on_validation(tmp_path: Path) ->
     assert "DPO (TRL, pool pairs): tuned on validation (3 grid points, n = 500, seeds [0, 1]" in note, note
     assert "validation 50.0%" in note and "untuned defaults: GRPO (TRL)" in note, note
     assert "chosen learning_rate = 3e-05," in note, note
+    assert "never tuned (learning rate 0 by design): Control (lr 0)" in note and "GRPO (TRL), Control" not in note

@@ -127,10 +127,16 @@ def headline_table(suite: Suite) -> MarkedTable:
 def tuning_note(suite: Suite) -> str:
     """Which methods run at values tuned on the validation split (``spec.tuning``, written by `bench tune`) and
     which at untuned defaults, so a reader knows whether each contestant was given its best chance."""
+    from bench.tune import UNTUNABLE
+
     tuned: dict[str, str] = {}
     untuned: list[str] = []
+    by_design: list[str] = []
     for label, runs in _groups(suite).items():
         run = runs[0]
+        if run.result.get("method") in UNTUNABLE:
+            by_design.append(label)
+            continue
         tuning = (run.result.get("spec") or {}).get("tuning") or {}
         entry = (tuning.get("methods") or {}).get(run.result.get("method")) if isinstance(tuning, dict) else None
         if isinstance(entry, dict) and entry.get("chosen") is not None:
@@ -145,6 +151,7 @@ def tuning_note(suite: Suite) -> str:
         else:
             untuned.append(label)
     parts = list(tuned.values()) + ([f"untuned defaults: {', '.join(untuned)}"] if untuned else [])
+    parts += [f"never tuned (learning rate 0 by design): {', '.join(by_design)}"] if by_design else []
     return "Hyperparameters: " + "; ".join(parts) + " (bench tune picks each method's values on a validation split)."
 
 
