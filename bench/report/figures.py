@@ -536,13 +536,38 @@ def overoptimisation_points(run: Run) -> list[tuple[float, float, float, float]]
     return sorted(out)  # type: ignore[arg-type]
 
 
+KL_BINS = 8
+"""Equal-count KL bins of a method's per-step points (pooled over seeds) for the binned-mean line."""
+
+
+def binned_means(points: list[tuple[float, float]], bins: int = KL_BINS) -> list[tuple[float, float]]:
+    """``(mean x, mean y)`` of ``points`` sorted by x and split into up to ``bins`` equal-count bins, in x order.
+
+    The per-step KL of an RL run is noisy, so a line through the steps in order is a scribble; the binned means show
+    how the reward moves as KL grows (the shape of Gao et al.'s curves) without smoothing over steps.
+    """
+    ordered = sorted(points)
+    n = len(ordered)
+    if n == 0:
+        return []
+    bins = max(1, min(bins, n))
+    edges = [round(i * n / bins) for i in range(bins + 1)]
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        chunk = ordered[lo:hi]
+        if chunk:
+            out.append((sum(x for x, _ in chunk) / len(chunk), sum(y for _, y in chunk) / len(chunk)))
+    return out
+
+
 def overoptimisation_kl_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     """The classic over-optimisation figure (Gao et al., 2023): the proxy the policy optimised (reward-model
     score, top) and the true reward (the verifier's accuracy reward, bottom) against KL to the reference.
 
-    One line per run (seeds of a method share its colour) through its logged steps in step order, a marker per
-    step and a ring on the last; the reward model's held-out pair accuracy is written on the top panel and in the
-    caption. None when no run logged a reward-model score with a KL above zero (no reference: no KL axis).
+    Every logged step is a faint point (seeds of a method share its colour; a ring marks each run's last step), and
+    one line per method joins the means of its points in KL_BINS equal-count KL bins (pooled over seeds). The
+    reward model's held-out pair accuracy is in the top panel's title and in the caption. None when no run logged
+    a reward-model score with a KL above zero (no reference: no KL axis).
     """
     runs = [r for r in dynamics.rm_runs(suite) if any(kl > 0 for _, kl, _, _ in overoptimisation_points(r))]
     if not runs:
@@ -550,19 +575,27 @@ def overoptimisation_kl_figure(suite: Suite, out_dir: Path) -> FigureInfo | None
     colors = method_colors(suite)
     fig, axes = _new(8.0, 6.4, nrows=2)
     axes[1][0].sharex(axes[0][0])
-    named: set[str] = set()
+    pooled: dict[str, tuple[list[tuple[float, float]], list[tuple[float, float]]]] = {}
     for run in runs:
         pts = overoptimisation_points(run)
         kls = [kl for _, kl, _, _ in pts]
-        label = "_nolegend_" if run.label in named else run.label
-        named.add(run.label)
-        for ax, values in ((axes[0][0], [rm for _, _, rm, _ in pts]), (axes[1][0], [100 * a for _, _, _, a in pts])):
-            ax.plot(kls, values, color=colors[run.label], linewidth=1.0, alpha=0.7, marker=".", markersize=4,
-                    label=label)
+        proxy, true = [rm for _, _, rm, _ in pts], [100 * a for _, _, _, a in pts]
+        method_proxy, method_true = pooled.setdefault(run.label, ([], []))
+        method_proxy += zip(kls, proxy)
+        method_true += zip(kls, true)
+        for ax, values in ((axes[0][0], proxy), (axes[1][0], true)):
+            ax.plot(kls, values, linestyle="none", marker=".", markersize=4, alpha=0.35, color=colors[run.label],
+                    label="_nolegend_")  # every logged step, unsmoothed
             ax.plot(kls[-1:], values[-1:], linestyle="none", marker="o", markersize=8, markerfacecolor="none",
                     markeredgecolor=colors[run.label], label="_nolegend_")  # where training ended
+    for label, (proxy_pts, true_pts) in pooled.items():
+        for ax, pts in ((axes[0][0], proxy_pts), (axes[1][0], true_pts)):
+            means = binned_means(pts)
+            ax.plot([x for x, _ in means], [y for _, y in means], color=colors[label], linewidth=2.0,
+                    marker="s", markersize=4, label=f"{label} (mean per KL bin)")
+    note = _reward_model_note(suite)
     axes[0][0].set_ylabel("reward-model score (logit)")
-    axes[0][0].set_title("the proxy PPO optimised", fontsize=9)
+    axes[0][0].set_title("the proxy PPO optimised" + (f"\n{note}" if note else ""), fontsize=9)
     axes[1][0].set_ylabel("verifier accuracy reward (%)")
     axes[1][0].set_title("the true reward, on the same completions", fontsize=9)
     axes[1][0].set_xlabel("KL(policy ‖ reference) per token at the step's rollout (nats/token)")
@@ -571,16 +604,13 @@ def overoptimisation_kl_figure(suite: Suite, out_dir: Path) -> FigureInfo | None
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle("Reward over-optimisation against KL: the reward model's score vs the verifier's reward")
-    note = _reward_model_note(suite)
-    if note:
-        axes[0][0].text(0.01, 0.97, note, transform=axes[0][0].transAxes, ha="left", va="top", fontsize=8,
-                        bbox={"facecolor": "white", "edgecolor": "#999999", "alpha": 0.85, "pad": 3})
     name = _save(fig, out_dir, "overoptimisation_kl.png")
     return FigureInfo(name, "PPO (reward model) against KL to the reference: the reward-model score it optimised "
-                            "(top) and the verifier's accuracy reward on the same rollout completions (bottom), one "
-                            "point per logged step (KL per token at that rollout, unsmoothed), joined in step order; "
-                            "a ring marks the last step. A proxy that keeps rising while the true reward falls as "
-                            "KL grows is reward over-optimisation (Gao et al., 2023)."
+                            "(top) and the verifier's accuracy reward on the same rollout completions (bottom). "
+                            "Each faint point is one logged step (KL per token at that rollout, unsmoothed; a ring "
+                            f"marks each run's last step); the line joins the means of {KL_BINS} equal-count KL "
+                            "bins of the method's steps, pooled over seeds. A proxy that keeps rising while the true "
+                            "reward falls as KL grows is reward over-optimisation (Gao et al., 2023)."
                       + (f" The {note}." if note else " No reward-model stage result: its held-out pair accuracy "
                                                       "is not known."))
 
