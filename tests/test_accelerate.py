@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
-from bench_cli import run_bench, run_quick_suite
+from bench_cli import run_bench
+from spec_errors import spec_error
 
 from bench import launch
-from bench.errors import SpecError
 from bench.results import empty_result, write_json_atomic
 from bench.spec import load_spec
 
@@ -29,14 +29,6 @@ pairs could be none)."""
 ONLINE = ["grpo", "grpo_engine", "ppo_verifier"]
 """The launched methods that sample: their completions are counted over the ranks."""
 LAUNCHED = [*ONLINE, "dpo"]
-
-
-def _error(overrides: list[str]) -> str:
-    with pytest.raises(SpecError) as info:
-        load_spec("cpu-quick", overrides)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 # -- validation -----------------------------------------------------------------------------------------
@@ -54,7 +46,7 @@ def _error(overrides: list[str]) -> str:
      "must divide by 'methods.grpo_engine.minibatches' (8)"),
 ])
 def test_launcher_settings_are_checked(overrides: list[str], expected: str) -> None:
-    assert expected in _error(overrides)
+    assert expected in spec_error(overrides)
 
 
 def test_more_processes_than_cores_on_a_cpu_only_machine_is_allowed() -> None:
@@ -122,13 +114,13 @@ def test_dpo_gets_its_share_of_the_pairs_per_process(processes: int, micro: int,
 
 def test_a_dpo_micro_batch_that_does_not_split_a_ranks_pairs_is_refused() -> None:
     only_dpo = [f"methods.{m}.enabled=false" for m in ("grpo", "grpo_engine", "ppo", "ppo_verifier", "control")]
-    message = _error(["launcher.name=accelerate", "launcher.num_processes=2", "train.prompts_per_step=6",
+    message = spec_error(["launcher.name=accelerate", "launcher.num_processes=2", "train.prompts_per_step=6",
                       "train.micro_batch_size=2", *only_dpo])
     assert "'train.micro_batch_size' (2) must divide the pairs per process (2 processes) per step (3)" in message
 
 
 def test_a_micro_batch_that_does_not_split_a_ranks_share_is_refused() -> None:
-    message = _error(["launcher.name=accelerate", "launcher.num_processes=2", "train.micro_batch_size=4",
+    message = spec_error(["launcher.name=accelerate", "launcher.num_processes=2", "train.micro_batch_size=4",
                       "methods.grpo_engine.enabled=false", "train.prompts_per_step=2", "train.group_size=6"])
     assert "'train.micro_batch_size' (4) must divide the completions per process (2 processes) per step (6)" in message
 

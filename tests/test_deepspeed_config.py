@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from bench_cli import run_bench
+from spec_errors import spec_error
 
 from bench import launch
 from bench.errors import SpecError
@@ -27,14 +28,6 @@ from bench.spec import load_spec
 
 ZERO_CONFIGS = ("zero2", "zero3", "zero3_offload")
 LAUNCHED = ["launcher.name=accelerate", "launcher.num_processes=2"]
-
-
-def _error(overrides: list[str]) -> str:
-    with pytest.raises(SpecError) as info:
-        load_spec("cpu-quick", overrides)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def _config(tmp_path: Path, text: str, name: str = "mine.yaml") -> Path:
@@ -66,7 +59,7 @@ def stand_in_deepspeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 @pytest.mark.parametrize("name", ZERO_CONFIGS)
 def test_a_zero_config_without_deepspeed_names_the_extra(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launch, "deepspeed_problem", lambda: "is not installed")
-    message = _error([*LAUNCHED, f"launcher.config_file={launch.shipped_config(name)}"])
+    message = spec_error([*LAUNCHED, f"launcher.config_file={launch.shipped_config(name)}"])
     assert "is a DeepSpeed config but DeepSpeed is not installed" in message
     assert "pip install '.[deepspeed]'" in message and str(launch.shipped_config("ddp")) in message
 
@@ -86,7 +79,7 @@ def test_a_deepspeed_that_does_not_import_is_named_with_its_error(stand_in_deeps
     stand_in_deepspeed("raise ImportError('libcudart.so.12: cannot open shared object file')\n")
     assert launch.deepspeed_problem() == ("is installed but does not import (ImportError: libcudart.so.12: cannot "
                                           "open shared object file)")
-    message = _error([*LAUNCHED, f"launcher.config_file={launch.shipped_config('zero3')}"])
+    message = spec_error([*LAUNCHED, f"launcher.config_file={launch.shipped_config('zero3')}"])
     assert "DeepSpeed is installed but does not import (ImportError: libcudart.so.12" in message
     assert "pip install '.[deepspeed]'" in message
 
@@ -102,7 +95,7 @@ def test_with_deepspeed_importing_a_cpu_spec_is_still_refused_and_a_gpu_spec_pas
     assert os.environ[launch.DEEPSPEED_OK_ENV] == sys.executable
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("DeepSpeed's import was checked again"))
     assert launch.deepspeed_problem() is None
-    message = _error([*LAUNCHED, f"launcher.config_file={launch.shipped_config('zero2')}"])
+    message = spec_error([*LAUNCHED, f"launcher.config_file={launch.shipped_config('zero2')}"])
     assert "is a DeepSpeed config, which needs GPUs" in message
     zero2 = launch.shipped_config("zero2")
     launch.check_config(launch.read_config(zero2), zero2, "cuda")  # no error: installed, on a GPU
@@ -125,14 +118,14 @@ def test_with_deepspeed_importing_a_cpu_spec_is_still_refused_and_a_gpu_spec_pas
 ])
 def test_a_bad_config_file_is_one_line(tmp_path: Path, text: str, expected: str) -> None:
     path = _config(tmp_path, text)
-    message = _error([*LAUNCHED, f"launcher.config_file={path}"])
+    message = spec_error([*LAUNCHED, f"launcher.config_file={path}"])
     assert message.startswith(f"'launcher.config_file' '{path}'") and expected in message
 
 
 def test_a_missing_config_file_is_one_line(tmp_path: Path) -> None:
     """(The command line turns this SpecError into exit 2 like the DeepSpeed one above.)"""
     missing = tmp_path / "nowhere.yaml"
-    assert _error([*LAUNCHED, f"launcher.config_file={missing}"]) == (
+    assert spec_error([*LAUNCHED, f"launcher.config_file={missing}"]) == (
         f"'launcher.config_file' '{missing}' does not exist; give an accelerate config file, e.g. "
         f"{launch.shipped_config('ddp')}")
 
@@ -150,7 +143,7 @@ def test_the_deepspeed_json_a_config_names_is_checked(tmp_path: Path, ds_json: s
     if ds_json is not None:
         json_path.write_text(ds_json, encoding="utf-8")
     path = _config(tmp_path, _deepspeed_yaml(f"  deepspeed_config_file: {json_path}\n"))
-    message = _error([*LAUNCHED, f"launcher.config_file={path}"])
+    message = spec_error([*LAUNCHED, f"launcher.config_file={path}"])
     assert expected.format(json=json_path) in message
 
 

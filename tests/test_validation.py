@@ -18,24 +18,16 @@ from typing import Any
 
 import pytest
 from bench_cli import run_bench
+from spec_errors import spec_error
 
 from bench import preflight as pf
-from bench.errors import SpecError, UserError
+from bench.errors import UserError
 from bench.registry import METHODS, recipe
 from bench.results import empty_result, write_json_atomic
 from bench.spec import SPEC_RULES, Spec, load_spec
 
 # ----------------------------------------------------------------------------------------------
 # Helpers
-
-
-def _error(overrides: list[str], preset: str = "cpu-quick") -> str:
-    """The one-line SpecError message of ``preset`` + ``overrides``."""
-    with pytest.raises(SpecError) as info:
-        load_spec(preset, overrides)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def _numeric_leaves(cls: type, prefix: str = "") -> dict[str, Any]:
@@ -78,7 +70,7 @@ def test_every_numeric_spec_field_has_a_rule() -> None:
 @pytest.mark.parametrize("key", [k for k in SPEC_RULES
                                  if k not in ("seeds", "gpus", "task.synthetic.seed", "train.lora.target_modules")])
 def test_every_rule_refuses_a_negative_value_naming_the_key(key: str) -> None:
-    message = _error([f"{key}=-1"])
+    message = spec_error([f"{key}=-1"])
     assert message.startswith(f"'{key}' must be ")
     assert message.endswith((", got -1", ", got -1.0"))
 
@@ -107,7 +99,7 @@ def test_every_rule_refuses_a_negative_value_naming_the_key(key: str) -> None:
     ("task.synthetic.max_operand", "0", "must be >= 1"),
 ])
 def test_sizes_and_counts(key: str, value: str, allowed: str) -> None:
-    assert _error([f"{key}={value}"]) == f"'{key}' {allowed}, got {value}"
+    assert spec_error([f"{key}={value}"]) == f"'{key}' {allowed}, got {value}"
 
 
 @pytest.mark.parametrize("key, value, expected", [
@@ -127,7 +119,7 @@ def test_sizes_and_counts(key: str, value: str, allowed: str) -> None:
     ("seeds", "[]", "'seeds' must list at least one seed, each in [0, 4294967295], got []"),
 ])
 def test_rates_and_ranges(key: str, value: str, expected: str) -> None:
-    assert _error([f"{key}={value}"]).startswith(expected)
+    assert spec_error([f"{key}={value}"]).startswith(expected)
 
 
 @pytest.mark.parametrize("override, expected", [
@@ -145,7 +137,7 @@ def test_rates_and_ranges(key: str, value: str, expected: str) -> None:
     ("model.dtype=float16", "'model.dtype' must be one of 'float32', 'bfloat16', got 'float16'"),
 ])
 def test_choices(override: str, expected: str) -> None:
-    assert _error([override]).startswith(expected)
+    assert spec_error([override]).startswith(expected)
 
 
 def _method_numeric_fields() -> list[tuple[str, str]]:
@@ -164,7 +156,7 @@ def _method_numeric_fields() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("value", ["-1", "nan"])
 def test_every_numeric_method_field_has_a_range(method: str, name: str, value: str) -> None:
     """A recipe's validate covers each number of its Config: a new field without a rule fails here."""
-    message = _error([f"methods.{method}.enabled=true", f"methods.{method}.{name}={value}"])  # control is opt-in
+    message = spec_error([f"methods.{method}.enabled=true", f"methods.{method}.{name}={value}"])  # control is opt-in
     assert message.startswith(f"'methods.{method}.{name}' must be "), message
     assert message.endswith((f"got {value}", f"got {float(value)}", f"got '{value}'")), message
 
@@ -179,7 +171,7 @@ def test_every_numeric_method_field_has_a_range(method: str, name: str, value: s
     ("methods.grpo.learning_rate=-1e-6", "'methods.grpo.learning_rate' must be >= 0, got -1e-06"),
 ])
 def test_method_configs(override: str, expected: str) -> None:
-    assert _error([override]) == expected
+    assert spec_error([override]) == expected
 
 
 def test_a_disabled_method_is_not_checked() -> None:
@@ -189,7 +181,7 @@ def test_a_disabled_method_is_not_checked() -> None:
 
 
 def test_odd_head_width_of_the_tiny_model_is_refused() -> None:
-    message = _error(["model.tiny.hidden_size=30", "model.tiny.num_heads=2"])
+    message = spec_error(["model.tiny.hidden_size=30", "model.tiny.num_heads=2"])
     assert "'model.tiny.hidden_size' / 'model.tiny.num_heads' (30 / 2) must be even" in message
 
 

@@ -13,24 +13,18 @@ from typing import Any
 
 import pytest
 from bench_cli import run_bench
+from spec_errors import spec_error
 from report_fixtures import write_suite
 
 import baselines.grpo as grpo
 from bench import preflight
 from bench.context import RunContext
-from bench.errors import SpecError, UserError
+from bench.errors import UserError
 from bench.report import build_report, load_suite, ranks, tables
 from bench.spec import load_spec
 
 GIB = 1024**3
 VLLM = ["device=auto", "methods.grpo.generation_backend=vllm"]
-
-
-def _error(overrides: list[str]) -> str:
-    with pytest.raises(SpecError) as info:
-        load_spec("cpu-quick", overrides)
-    assert "\n" not in str(info.value)
-    return str(info.value)
 
 
 @pytest.fixture
@@ -67,18 +61,18 @@ def test_off_by_default_and_vllm_is_not_needed(tmp_path: Path) -> None:
      "methods.grpo.generation_backend=transformers on a CPU"),
 ])
 def test_bad_values_are_one_line(overrides: list[str], expected: str, vllm_present: None) -> None:
-    assert _error(overrides) == expected
+    assert spec_error(overrides) == expected
 
 
 def test_vllm_requested_but_not_installed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grpo, "vllm_installed", lambda: False)
-    assert _error(VLLM) == ("'methods.grpo.generation_backend' is 'vllm' but vLLM is not installed; pip install "
+    assert spec_error(VLLM) == ("'methods.grpo.generation_backend' is 'vllm' but vLLM is not installed; pip install "
                             "'.[vllm]' (on a GPU machine), or use methods.grpo.generation_backend=transformers")
 
 
 def test_utilization_is_checked_even_when_vllm_is_off() -> None:
     """A preset may keep the setting for later; a value outside (0, 1] is still a mistake worth naming."""
-    assert "must be in (0, 1]" in _error(["methods.grpo.vllm_gpu_memory_utilization=-0.5"])
+    assert "must be in (0, 1]" in spec_error(["methods.grpo.vllm_gpu_memory_utilization=-0.5"])
 
 
 def test_cli_refuses_vllm_on_this_cpu_machine_with_exit_2() -> None:
