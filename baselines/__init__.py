@@ -1,1 +1,1 @@
-"""baselines: the contestants, one readable recipe per method (see bench.registry)."""
+"""baselines: the contestants, one readable recipe per method (see bench.config.registry)."""

@@ -11,10 +11,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from bench.context import RunContext
-from bench.models import load_causal_lm, load_tokenizer
-from bench.precision import autocast_dtype, precision_policy
-from bench.spec import Spec
+from bench.execution.context import RunContext
+from bench.model.loading import load_causal_lm, load_tokenizer
+from bench.model.precision import autocast_dtype, precision_policy
+from bench.config.spec import Spec
 
 
 def matched_kl_coef(spec: Spec, own: float | None) -> float:
@@ -35,7 +35,7 @@ def matched_training_args(spec: Spec, ctx: RunContext, *, max_steps: int, learni
                           batch_size: int, lr_scheduler: str | None = None) -> dict[str, Any]:
     """Keyword arguments shared by every TRL config: optimizer, schedule, precision, clipping, logging.
 
-    Precision (bench.precision): the recipes hand TRL a float32 model (fp32 master weights) and ``bf16`` turns
+    Precision (bench.model.precision): the recipes hand TRL a float32 model (fp32 master weights) and ``bf16`` turns
     on the Trainer's bf16 autocast when the spec asks for bfloat16. It is set explicitly because TRL configs
     default to bf16=True, which would put a float32 spec under autocast.
     """
@@ -128,7 +128,7 @@ def load_initial_policy(ctx: RunContext) -> tuple[Any, Any]:
 
 
 def load_reference(ctx: RunContext) -> Any:
-    """The frozen reference: the starting checkpoint stored in the spec's dtype (bench.precision)."""
+    """The frozen reference: the starting checkpoint stored in the spec's dtype (bench.model.precision)."""
     model = load_causal_lm(ctx.init_model_dir, ctx.spec.model, ctx.device)
     model.eval()
     model.requires_grad_(False)

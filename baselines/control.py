@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from baselines import grpo_engine
-from bench.context import RunContext, TrainOutcome
+from bench.execution.context import RunContext, TrainOutcome
 from bench.errors import SpecError
 
 LABEL = "Control (lr 0)"

@@ -1,10 +1,10 @@
 """DPO with TRL's DPOTrainer on (correct, incorrect) pairs from the shared sample pool (offline).
 
 DPO never samples during training: its pairs were drawn once from the starting policy and labelled by the
-verifier (bench.sample_pool). It takes the matched number of optimizer steps with ``prompts_per_step``
+verifier (bench.execution.sample_pool). It takes the matched number of optimizer steps with ``prompts_per_step``
 pairs per step, cycling over the pairs; its own learning rate and beta are declared in the preset.
 
-Under a launcher (bench.launch) it runs as N processes: DPOTrainer is a transformers Trainer, so accelerate's launch
+Under a launcher (bench.execution.launch) it runs as N processes: DPOTrainer is a transformers Trainer, so accelerate's launch
 gives it DDP. Each rank takes ``prompts_per_step / N`` pairs of every step (gradients averaged over the ranks), so a
 step is still ``prompts_per_step`` pairs, the same pairs as the one-process run's step: every rank draws the same
 seeded permutation and takes its own batches of it.
@@ -18,12 +18,12 @@ from typing import Any
 from baselines.common import (check_micro_batching, curves_from_log_history, load_initial_policy, load_reference,
                               lora_config, matched_training_args, micro_batching, run_trainer, trainer_networks,
                               trl_precision)
-from bench.context import MethodConfig, RunContext, TrainOutcome
-from bench.data import prompts_for_steps
+from bench.execution.context import MethodConfig, RunContext, TrainOutcome
+from bench.task.data import prompts_for_steps
 from bench.errors import SpecError
-from bench.lengths import check_loss, model_context, pair_budget
+from bench.task.lengths import check_loss, model_context, pair_budget
 from bench.results import curve_names
-from bench.sample_pool import preference_pairs, read_pool
+from bench.execution.sample_pool import preference_pairs, read_pool
 
 LABEL = "DPO (TRL, pool pairs)"
 ENGINE = "trl"
@@ -65,7 +65,7 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 
 def validate(spec: Any, cfg: Config, key: str) -> None:
     """A non-negative learning rate, beta > 0, known loss names, micro-batches that split the step evenly."""
-    from bench.spec import RATE, above, check_rules
+    from bench.config.rules import RATE, above, check_rules
 
     check_rules(cfg, {"learning_rate": RATE, "beta": above(0)}, f"{key}.")
     unknown = [name for name in cfg.loss_types() if name not in TRL_LOSS_TYPES]
@@ -73,10 +73,10 @@ def validate(spec: Any, cfg: Config, key: str) -> None:
         raise SpecError(f"'{key}.loss_type' has unknown loss {', '.join(unknown) or repr(cfg.loss_type)}; use one of "
                         f"{', '.join(TRL_LOSS_TYPES)} or a comma-separated combination such as sigmoid,sft")
     check_micro_batching(spec.train.prompts_per_step, spec.train.micro_batch_size, "pairs (train.prompts_per_step)")
-    from bench.launch import processes_for
+    from bench.config.launcher import processes_for
 
     processes = processes_for(spec, "dpo")
-    if processes > 1:  # each rank micro-batches its own share (bench.launch checks that N divides the pairs)
+    if processes > 1:  # each rank micro-batches its own share (bench.execution.launch checks that N divides the pairs)
         check_micro_batching(spec.train.prompts_per_step // processes, spec.train.micro_batch_size,
                              f"pairs per process ({processes} processes)")
 
@@ -120,7 +120,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
-    from bench.launch import world_size
+    from bench.execution.launch import world_size
 
     spec, t, m = ctx.spec, ctx.spec.train, ctx.method_spec
     pairs = preference_pairs(read_pool(ctx.pool_path))

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from baselines.common import (check_micro_batching, curves_from_log_history, load_initial_policy, lora_config,
                               matched_kl_coef, matched_training_args, micro_batching, require_groups, run_trainer,
                               trainer_networks, trl_precision)
-from bench.context import MethodConfig, RunContext, TrainOutcome
-from bench.data import prompts_for_steps
-from bench.rewards import make_reward_functions
+from bench.execution.context import MethodConfig, RunContext, TrainOutcome
+from bench.task.data import prompts_for_steps
+from bench.task.rewards import make_reward_functions
 from bench.results import curve_names
 from bench.telemetry.trl_hooks import monitor_curve_names, monitor_problems, with_monitors
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 LABEL = "GRPO (TRL)"
 ENGINE = "trl"
 DATA_PARALLEL = True
-"""Under a launcher (bench.launch) it runs as N processes: TRL takes the distributed state from the launcher and
+"""Under a launcher (bench.execution.launch) it runs as N processes: TRL takes the distributed state from the launcher and
 each rank generates for prompts_per_step / N prompts of every step (see grpo_config)."""
 
 
@@ -86,18 +86,18 @@ def validate(spec: Any, cfg: Config, key: str) -> None:
     """beta and learning_rate >= 0 (loss_type and generation_backend are Literals, checked when the spec is
     built); vllm_gpu_memory_utilization in (0, 1]; G >= 2 (TRL's generation batch must divide by G: it does, as
     prompts x G); micro-batches that split the step evenly; the vLLM backend on a GPU with vLLM installed
-    (device auto is resolved by bench.preflight)."""
-    from bench.spec import RATE, check_rules, within
+    (device auto is resolved by bench.execution.preflight)."""
+    from bench.config.rules import RATE, check_rules, within
 
     check_rules(cfg, {"learning_rate": RATE, "beta": RATE,
                       "vllm_gpu_memory_utilization": within(0, 1, open_low=True)}, f"{key}.")
     validate_backend(spec, cfg, key)
     require_groups(spec, key)
     check_micro_batching(spec.completions_per_step, spec.train.micro_batch_size, "completions")
-    from bench.launch import active
+    from bench.config.launcher import active
 
     processes = spec.launcher.num_processes if active(spec) else 1
-    if processes > 1:  # each rank micro-batches its own share (bench.launch checks that N divides the prompts)
+    if processes > 1:  # each rank micro-batches its own share (bench.execution.launch checks that N divides the prompts)
         check_micro_batching(spec.completions_per_step // processes, spec.train.micro_batch_size,
                              f"completions per process ({processes} processes)")
 
@@ -132,7 +132,7 @@ CURVE_NAMES = curve_names({
     "rewards/format/mean": "format_reward", "rewards/length_penalty/mean": "length_penalty_reward",
     "kl": "kl", "loss": "loss", "entropy": "entropy", "frac_reward_zero_std": "zero_std_groups",
     "clip_ratio/region_mean": "clipfrac", "grad_norm": "grad_norm", "learning_rate": "learning_rate",
-    **monitor_curve_names(),  # bench.monitors via with_monitors, and TRL's completions/mean_length, clipped_ratio
+    **monitor_curve_names(),  # bench.telemetry.monitors via with_monitors, and TRL's completions/mean_length, clipped_ratio
 })
 """TRL GRPOTrainer log key -> the suite's curve metric name (bench.results.METRIC_NAMES)."""
 
@@ -142,10 +142,10 @@ def grpo_config(ctx: RunContext) -> "GRPOConfig":
     (over all ranks under a launcher)."""
     from trl import GRPOConfig
 
-    from bench.launch import world_size
+    from bench.execution.launch import world_size
 
-    from bench.generation import decoding_settings
-    from bench.precision import storage_dtype
+    from bench.model.generation import decoding_settings
+    from bench.model.precision import storage_dtype
 
     spec, t, cfg = ctx.spec, ctx.spec.train, ctx.method_spec
     decoding = decoding_settings(spec.generation)  # the same settings the sample pool and the engine sample with
@@ -173,7 +173,7 @@ def grpo_config(ctx: RunContext) -> "GRPOConfig":
         loss_type=cfg.loss_type,
         beta=beta(spec, cfg),
         use_bias_correction_kl=cfg.kl_bias_correction,
-        # TRL builds the reference from the checkpoint in this dtype: frozen, so stored as bench.precision says.
+        # TRL builds the reference from the checkpoint in this dtype: frozen, so stored as bench.model.precision says.
         model_init_kwargs={"dtype": storage_dtype(spec.model.dtype, trained=False)},
         num_iterations=1,
         scale_rewards="group",
@@ -229,8 +229,8 @@ def train(ctx: RunContext) -> TrainOutcome:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from bench.generation import decoding_settings, eos_token_ids, generation_config, sampling_settings
-    from bench.launch import world_size
+    from bench.model.generation import decoding_settings, eos_token_ids, generation_config, sampling_settings
+    from bench.execution.launch import world_size
 
     spec, t, r = ctx.spec, ctx.spec.train, ctx.spec.reward
     policy, tokenizer = load_initial_policy(ctx)
@@ -242,7 +242,7 @@ def train(ctx: RunContext) -> TrainOutcome:
                                                   r.length_penalty, count_tokens)
     # The training-dynamics monitors ride on the accuracy function (it gets the gold column): TRL hands it
     # log_metric, and the monitors land in log_history as monitors/<name> (bench.telemetry.trl_hooks).
-    if world_size() > 1:  # which prompts this rank trained on, for its rank file (bench.launch)
+    if world_size() > 1:  # which prompts this rank trained on, for its rank file (bench.execution.launch)
         reward_funcs[0] = recording_prompt_ids(reward_funcs[0], ctx.telemetry.prompt_ids)
     reward_funcs[0] = with_monitors(reward_funcs[0])
     config = grpo_config(ctx)

@@ -23,7 +23,7 @@ import torch
 from baselines import rl_math as M
 from baselines.common import matched_kl_coef, require_groups
 from baselines.rollout_engine import Engine, EngineConfig, engine_description, validate_engine
-from bench.context import RunContext, TrainOutcome
+from bench.execution.context import RunContext, TrainOutcome
 
 LABEL = "GRPO (suite engine)"
 ENGINE = "suite"
@@ -66,7 +66,7 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 
 def validate(spec: Any, cfg: Config, key: str) -> None:
     """Engine checks, beta >= 0 and G >= 2 (loss_type and advantage_std are Literals, checked when built)."""
-    from bench.spec import RATE, check_rules
+    from bench.config.rules import RATE, check_rules
 
     validate_engine(spec, cfg, key)
     check_rules(cfg, {"beta": RATE}, f"{key}.")

@@ -31,8 +31,8 @@ import torch
 from baselines import rl_math as M
 from baselines.common import matched_kl_coef
 from baselines.rollout_engine import Engine, EngineConfig, Rollout, engine_description, validate_engine
-from bench.context import RunContext, TrainOutcome
-from bench.monitors import group_monitors
+from bench.execution.context import RunContext, TrainOutcome
+from bench.telemetry.monitors import group_monitors
 
 LABEL = "PPO (suite engine)"
 ENGINE = "suite"
@@ -91,7 +91,7 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
 
 def validate(spec: Any, cfg: Config, key: str) -> None:
     """Engine checks plus PPO's own ranges (its choices are Literal fields, checked when the spec is built)."""
-    from bench.spec import RATE, SHARE, above, check_rules
+    from bench.config.rules import RATE, SHARE, above, check_rules
 
     validate_engine(spec, cfg, key)
     check_rules(cfg, {

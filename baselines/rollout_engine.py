@@ -6,7 +6,7 @@ The recipes own the algorithm: each has a ``step`` function that reads top to bo
 update). This module owns what is the same for both:
 
 - ``EngineConfig``: the fields every engine method has (epochs, minibatches, clip range, ...);
-- ``Engine``: the networks (stored as ``bench.precision`` says), the optimizers and schedules, and the named
+- ``Engine``: the networks (stored as ``bench.model.precision`` says), the optimizers and schedules, and the named
   pieces of a step — ``sample`` (generation), ``verify`` / ``reward_model_scores`` (reward),
   ``logprobs`` (reference and rollout forwards), ``values`` (critic), ``optimise`` (the minibatch loop);
 - ``run``: the loop over rollout steps, firing ``TrainerCallback`` hooks as the TRL trainers do, so the same
@@ -17,7 +17,7 @@ RLHF with PPO"; TRL's GRPOTrainer):
 - Log-probs divide the logits by the sampling temperature, so ``old_logp`` is the log-prob of the distribution
   that sampled the token. Every forward passes ``position_ids`` from the attention mask, so left-padded prompts
   see the positions they had in ``generate``. Dropout is off in every network: the first update's ratio is 1.
-- Precision (``bench.precision``): the actor and critic are stored in float32 and run under bf16 autocast when
+- Precision (``bench.model.precision``): the actor and critic are stored in float32 and run under bf16 autocast when
   ``model.dtype`` is bfloat16; the reference and reward model are stored in ``model.dtype``.
 - Memory: every forward runs ``train.micro_batch_size`` sequences at a time; log-probs and entropies are taken
   a few sequences at a time in float32 (``rl_math.logprobs_from_logits``), never as a float32 copy of the whole
@@ -30,19 +30,19 @@ RLHF with PPO"; TRL's GRPOTrainer):
   (``AdapterOffReference``: no second copy of the weights, and the accounting reports it as shared); the critic is
   the policy backbone with its own adapters plus a fully trained value head (``train.lora.critic``, default) or
   fully trained; the reward model stays frozen. Adapter dropout is off, as all dropout here.
-- Several processes (bench.launch, ``accelerate launch``): each rank samples its shard of every step's prompts
+- Several processes (bench.execution.launch, ``accelerate launch``): each rank samples its shard of every step's prompts
   (rank k takes prompts k x P/N .. (k + 1) x P/N - 1 of the step, in the seeded global order), so the ranks train
   on different prompts and together on the step's P x G completions. The actor and the critic are wrapped in
   torch's DistributedDataParallel (gradients averaged over the ranks at the last micro-batch's backward); the
   reference and the reward model are replicated, frozen. Step metrics are averaged over the ranks before they are
-  logged; only rank 0 evaluates and writes the result (bench.worker). Each rank normalises its loss over its own
+  logged; only rank 0 evaluates and writes the result (bench.execution.worker). Each rank normalises its loss over its own
   completions and DDP averages: the global loss for per-sequence aggregations (grpo), a mean of the ranks' token
   means for token-mean ones; PPO whitens advantages per rank. With one process nothing of this runs.
-- DeepSpeed ZeRO (an accelerate config with a ZeRO stage 1-3, ``bench.launch.engine_zero``): instead of DDP, the
+- DeepSpeed ZeRO (an accelerate config with a ZeRO stage 1-3, ``bench.config.launcher.engine_zero``): instead of DDP, the
   actor and the critic, each with its AdamW, go through ``deepspeed.initialize`` (one DeepSpeed engine per trained
   network: accelerate's Accelerator prepares one DeepSpeed model per plugin, and PPO trains two with separate
   optimizers and learning rates). The DeepSpeed config is built from the accelerate config's stage and offload
-  devices: fp32 weights and master weights (bench.precision's bf16 autocast stays the suite's), gradient clipping
+  devices: fp32 weights and master weights (bench.model.precision's bf16 autocast stays the suite's), gradient clipping
   at train.max_grad_norm (DeepSpeed clips, over the shards), no DeepSpeed scheduler (the engine's schedule steps per
   rollout). The loss is backpropagated with ``loss.backward()`` (DeepSpeed's hooks reduce each network's gradients
   at the minibatch's last micro-batch, the accumulation boundary the engine sets), then each DeepSpeed engine
@@ -64,15 +64,16 @@ import torch
 from torch import nn
 
 from baselines import rl_math as M
-from bench import launch
-from bench.context import MethodConfig, RunContext, TrainOutcome
-from bench.data import prompts_for_steps
+from bench.execution import launch
+from bench.config import launcher
+from bench.execution.context import MethodConfig, RunContext, TrainOutcome
+from bench.task.data import prompts_for_steps
 from bench.errors import SpecError
-from bench.generation import eos_token_ids, generate, sampling_settings
-from bench.models import load_causal_lm, load_sequence_classifier, load_tokenizer, torch_dtype
-from bench.precision import autocast_dtype, precision_policy, with_shared_reference
-from bench.monitors import completion_monitors
-from bench.rewards import score_completion
+from bench.model.generation import eos_token_ids, generate, sampling_settings
+from bench.model.loading import load_causal_lm, load_sequence_classifier, load_tokenizer, torch_dtype
+from bench.model.precision import autocast_dtype, precision_policy, with_shared_reference
+from bench.telemetry.monitors import completion_monitors
+from bench.task.rewards import score_completion
 
 
 @dataclass
@@ -93,8 +94,8 @@ class EngineConfig(MethodConfig):
 
 def validate_engine(spec: Any, cfg: EngineConfig, key: str) -> None:
     """Checks every engine method shares: each EngineConfig field in its range (one rule per field, the same
-    table form as bench.spec.SPEC_RULES), then how they meet the matched budget. Raises SpecError naming the key."""
-    from bench.spec import COUNT, RATE, above, check_rules
+    table form as bench.config.rules.SPEC_RULES), then how they meet the matched budget. Raises SpecError naming the key."""
+    from bench.config.rules import COUNT, RATE, above, check_rules
 
     check_rules(cfg, {
         "learning_rate": RATE,
@@ -107,7 +108,7 @@ def validate_engine(spec: Any, cfg: EngineConfig, key: str) -> None:
     if per_step % cfg.minibatches:
         raise SpecError(f"completions per step ({per_step} = train.prompts_per_step x train.group_size) must divide "
                         f"by '{key}.minibatches' ({cfg.minibatches}); choose a divisor")
-    processes = spec.launcher.num_processes if launch.active(spec) else 1
+    processes = spec.launcher.num_processes if launcher.active(spec) else 1
     if processes > 1 and (per_step // processes) % cfg.minibatches:  # each rank splits its own completions
         raise SpecError(f"each of the {processes} processes samples {per_step // processes} completions per step, "
                         f"which must divide by '{key}.minibatches' ({cfg.minibatches}); choose a divisor")
@@ -336,8 +337,8 @@ class Engine:
         self.schedulers = [self._schedule(opt) for opt in self.optimizers.values()]
         self.micro_batch_size = spec.train.micro_batch_size
         self.rank, self.world_size = launch.rank(), launch.world_size()
-        self.zero = launch.engine_zero(spec) if self.world_size > 1 else None
-        """The ZeRO settings the trained networks are sharded with (bench.launch.engine_zero), None: DDP or one process."""
+        self.zero = launcher.engine_zero(spec) if self.world_size > 1 else None
+        """The ZeRO settings the trained networks are sharded with (bench.config.launcher.engine_zero), None: DDP or one process."""
         self.ddp = self._data_parallel() if self.zero is None else {}
         self.deepspeed = self._deepspeed() if self.zero is not None else {}
         """Role -> DeepSpeed engine of the trained networks (actor, critic) under ZeRO; empty otherwise."""
@@ -553,7 +554,7 @@ class Engine:
         }
         if self.cfg.missing_eos_penalty is not None:  # the term eos_penalised subtracts, whatever the reward source
             logs["missing_eos_penalty_reward"] = -self.cfg.missing_eos_penalty * missing_eos
-        # Length, truncation, degenerate-output and 'aha' monitors (bench.monitors, the same for every method).
+        # Length, truncation, degenerate-output and 'aha' monitors (bench.telemetry.monitors, the same for every method).
         logs.update(completion_monitors(batch.texts, [row["answer"] for row in batch.rows],
                                         lengths=batch.lengths.tolist(), hit_max=(~batch.has_eos).tolist()))
         return total.to(self.device), logs
@@ -741,7 +742,7 @@ class Engine:
         return out
 
     def _precision(self, roles: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-        """bench.precision's policy; a shared reference is held as the actor's (fp32) weights, not a bf16 copy."""
+        """bench.model.precision's policy; a shared reference is held as the actor's (fp32) weights, not a bf16 copy."""
         policy = precision_policy(self.spec.model.dtype, roles)
         return with_shared_reference(policy) if isinstance(self.reference, AdapterOffReference) else policy
 

@@ -11,12 +11,12 @@ from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
 from baselines.common import curves_from_log_history, matched_training_args, run_trainer
-from bench.context import RunContext, TrainOutcome
-from bench.data import tokenizer_corpus
-from bench.lengths import check_loss, model_context, sft_budget
-from bench.models import initial_model_source, load_causal_lm, load_tokenizer
+from bench.execution.context import RunContext, TrainOutcome
+from bench.task.data import tokenizer_corpus
+from bench.task.lengths import check_loss, model_context, sft_budget
+from bench.model.loading import initial_model_source, load_causal_lm, load_tokenizer
 from bench.results import curve_names
-from bench.tasks import format_target
+from bench.task.problems import format_target
 
 LABEL = "Warm start (SFT, TRL)"
 ENGINE = "trl"

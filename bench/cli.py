@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import errno
-import shlex
-import shutil
 import sys
 from pathlib import Path
 
 from bench.errors import UserError
+from bench.execution.commands import resume_command
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
-    from bench.spec import preset_names, preset_summary
+    from bench.config.loading import preset_names, preset_summary
 
     for name in preset_names():
         print(f"{name:<16} {preset_summary(name)}")
@@ -21,15 +20,15 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from bench.plan import describe_plan, make_plan
-    from bench.spec import load_spec
+    from bench.execution.plan import describe_plan, make_plan
+    from bench.config.loading import load_spec
 
     args.overrides = [*args.overrides, *launcher_overrides(args)]  # so the --resume command repeats them
     spec = load_spec(args.preset, args.overrides)
     if args.dry_run:
         print(describe_plan(spec, make_plan(spec)))
         return 0
-    from bench.runner import SuiteLock, check_suite_dir, default_out_dir, run_suite
+    from bench.execution.runner import SuiteLock, check_suite_dir, default_out_dir, run_suite
 
     reports_dir = Path(args.reports_dir)
     if args.out:
@@ -44,7 +43,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_suite_dir(spec, suite_dir.resolve(), args.resume)  # a busy or wrong folder: one line, before the plan
     SuiteLock(suite_dir.resolve()).refuse_if_held()
     print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
-    from bench.preflight import preflight
+    from bench.execution.preflight import preflight
 
     preflight(spec, suite_dir)  # seconds now rather than a failed stage after minutes of loading
     print(f"writing to {suite_dir}", file=sys.stderr)
@@ -62,7 +61,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def launcher_overrides(args: argparse.Namespace) -> list[str]:
-    """--launcher / --num-processes / --accelerate-config as spec overrides (launcher.*; bench.launch), the config
+    """--launcher / --num-processes / --accelerate-config as spec overrides (launcher.*; bench.execution.launch), the config
     file made absolute (workers and --resume may run from another folder). The spec checks them (one line, exit 2)."""
     out = []
     if args.launcher is not None:
@@ -72,30 +71,6 @@ def launcher_overrides(args: argparse.Namespace) -> list[str]:
     if args.accelerate_config is not None:
         out.append(f"launcher.config_file={Path(args.accelerate_config).expanduser().resolve()}")
     return out
-
-
-def resume_command(preset: str, suite_dir: Path, overrides: list[str]) -> str:
-    """The command line that continues ``suite_dir`` with the same spec, runnable from any folder.
-
-    The same preset (a preset file as an absolute path) and overrides rebuild the same spec, which --resume
-    requires; the folder is absolute; the program is named the way this one was started.
-    """
-    preset_path = Path(preset)
-    if (preset.endswith((".yaml", ".yml")) or "/" in preset) and preset_path.is_file():  # a file, as load_spec
-        preset = str(preset_path.resolve())
-    args = ["run", "--preset", preset, "--out", str(suite_dir.resolve()), "--resume", *overrides]
-    return shlex.join([*_bench_program(), *args])
-
-
-def _bench_program() -> list[str]:
-    """`bench` when that is what runs here, the script's path when it is not on PATH, else `python -m bench`."""
-    script = Path(sys.argv[0])
-    if script.name != "bench":
-        return [sys.executable, "-m", "bench"]
-    found = shutil.which("bench")
-    if found and Path(found).resolve() == script.resolve():
-        return ["bench"]
-    return [str(script.resolve())]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -117,13 +92,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from bench.score import run_score
+    from bench.execution.score import run_score
 
     return run_score(args)
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from bench.data_export import run_data
+    from bench.task.export import run_data
 
     return run_data(args)
 
@@ -152,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="processes per method run with --launcher accelerate (>= 1; train.prompts_per_step must "
                           "divide by it); spec: launcher.num_processes")
     run.add_argument("--accelerate-config", default=None, metavar="FILE",
-                     help="accelerate config file (default: bench/accelerate/ddp.yaml; shipped: ddp, zero2, zero3, "
+                     help="accelerate config file (default: bench/config/accelerate/ddp.yaml; shipped: ddp, zero2, zero3, "
                           "zero3_offload, DeepSpeed ones need GPUs); spec: launcher.config_file")
     run.add_argument("overrides", nargs="*", metavar="key.path=value", help="spec overrides, e.g. train.steps=200")
     run.set_defaults(func=_cmd_run)
@@ -177,14 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
                                           "policy; per phase activations, KV cache and logits; the peak and its "
                                           "phase; whether it fits, the largest micro-batch that does and the GPUs "
                                           "needed (data parallel, ZeRO-3). Exit status 2 for bad input.")
-    from bench.estimate import add_estimate_arguments, run_estimate
+    from bench.systems.estimate import add_estimate_arguments, run_estimate
 
     add_estimate_arguments(estimate)
     estimate.set_defaults(func=run_estimate)
 
     score = sub.add_parser("score", help="score a JSONL of completions with the suite's verifier",
                            description="Score completions against gold answers and print the accuracy.")
-    from bench.score import add_score_arguments
+    from bench.execution.score import add_score_arguments
 
     add_score_arguments(score)
     score.set_defaults(func=_cmd_score)
@@ -193,18 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Print each split's size and the train/test overlap checks; with --export DIR "
                                       "write DIR/train.jsonl, DIR/test.jsonl and, when the task carves one, "
                                       "DIR/validation.jsonl (GSM8K columns question, answer).")
-    from bench.data_export import add_data_arguments
+    from bench.task.export import add_data_arguments
 
     add_data_arguments(data)
     data.set_defaults(func=_cmd_data)
 
     tune = sub.add_parser("tune", help="choose each method's settings on a validation split (never the test split)",
-                          description="Sweep each method's declared grid (bench/tuning_grids.yaml) with a few seeds, "
+                          description="Sweep each method's declared grid (bench/config/tuning_grids.yaml) with a few seeds, "
                                       "every evaluation on a validation split carved from the training split; pick "
                                       "each method's best by mean validation accuracy and write DIR/tuned-<preset>"
                                       ".yaml, a preset that extends the base (run it with bench run --preset FILE). "
                                       "Exit status as bench run.")
-    from bench.tune import add_tune_arguments, run_tune
+    from bench.execution.tune import add_tune_arguments, run_tune
 
     add_tune_arguments(tune)
     tune.set_defaults(func=run_tune)

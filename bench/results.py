@@ -22,17 +22,17 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   "started_at": "ISO-8601", "finished_at": "ISO-8601",
   "accuracy": {                        # evaluation on the held-out split (greedy)
     "n_questions": 1000,
-    "before": {MODE: SCORE} | null,    # MODE: every entry of bench.verifier.MODES (suite-strict, suite-flexible,
+    "before": {MODE: SCORE} | null,    # MODE: every entry of bench.task.verifier.MODES (suite-strict, suite-flexible,
     "after":  {MODE: SCORE} | null,    # lmeval-strict, lmeval-flexible); results before the rename: strict, flexible
     "format_rate": {"before": float | null, "after": float},     # share of completions suite-strict extracts from
     "truncated_rate": {"before": float | null, "after": float},  # share that hit max_new_tokens without EOS
-    "prompt_style": "tags" | "cot" | "boxed"   # how the test questions were asked (bench.prompts)
+    "prompt_style": "tags" | "cot" | "boxed"   # how the test questions were asked (bench.task.prompts)
   },                                   # SCORE = {"correct": int, "total": int, "accuracy": float,
                                        #          "low": float, "high": float}  (95% Wilson interval)
   "eval_file": "completions.jsonl" | null,  # every completion, one line per question in test order (same order
                                        # for every method): {index, id, prompt, completion, tokens, hit_max, gold,
                                        # gold_answer, extracted: {MODE: str | null}, correct: {MODE: bool}}
-                                       # (bench.evaluation.completion_record; older runs: eval_after.jsonl, verdicts only)
+                                       # (bench.scoring.evaluation.completion_record; older runs: eval_after.jsonl, verdicts only)
   "samples": [{"question": str, "completion": str, "gold": str, "correct": bool}],  # a few, for the page
                                        # (correct: under the headline mode, suite-strict)
   "memory": {
@@ -56,7 +56,7 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
                        "shared_with": [str]}}  # those earlier roles, e.g. ["actor"] for a LoRA reference (the
                                        # actor's base with adapters off: no weights of its own); NET: actor,
                                        # critic, reward, reference (bench.telemetry.accounting)
-    # Several processes (bench.launch.merge_rank_files), with peak_bytes then the max over the ranks:
+    # Several processes (bench.execution.launch.merge_rank_files), with peak_bytes then the max over the ranks:
     "ranks": [{"rank": int, "peak_bytes": int | null, "source": str, ...}],  # each rank's own readings
     "peak_bytes_max": int, "peak_bytes_sum": int,   # over the ranks (max: memory per device; sum: an upper bound)
     "peak_bytes_rank0": int | null, "peak_scope": str   # rank 0's own peak; what peak_bytes is a peak of
@@ -87,14 +87,14 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
     "reason": str                              # only when not measured: why
   },
   "generation": null | {str: value},   # the decoding settings of the evaluation (GenerationConfig fields)
-  "data_checks": {                     # every run (stages too), recorded before training (bench.data.TaskData)
+  "data_checks": {                     # every run (stages too), recorded before training (bench.task.data.TaskData)
     "question_overlap": int,           # test problems whose question text is also a training question (0 expected)
     "working_overlap": int,            # synthetic task only: test problems sharing their working (operations,
                                        # operands, results) with a training problem (0 expected)
     "held_out_by": str                 # how the splits were kept apart (a hash of the working; GSM8K: its files)
   },                                   # (other keys ending in _overlap: counts of test problems too)
   "monitors": {                        # runs that evaluated (absent otherwise)
-    "eval": {MONITOR: float}           # bench.monitors.record_monitors of the completions in eval_file:
+    "eval": {MONITOR: float}           # bench.telemetry.monitors.record_monitors of the completions in eval_file:
   },                                   # completion_length(_p90), truncated_rate, empty_answer_rate,
                                        # format_only_rate, repetition_rate, repeated_ngram_rate,
                                        # answer_in_think_rate, reflection_rate, reflection_count
@@ -103,14 +103,14 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
                                                         # "monitor_problems": str, TRL GRPO only, present when
                                                         # its monitors were missing or partial, trl_hooks)
               "lengths": LENGTHS},                      # TRL trainers with a max_length: SFT warm start, DPO,
-                                                        # reward model (bench.lengths.LengthBudget)
+                                                        # reward model (bench.task.lengths.LengthBudget)
   "settings": {str: value,                              # method-specific settings ("what differs" table)
                "precision": {NET: {"storage": "float32" | "bfloat16",          # dtype the weights are kept in
                                    "compute": "bfloat16 autocast" | "float32" | "bfloat16",
-                                   "optimizer_state": "float32" | null,        # null: frozen (bench.precision)
+                                   "optimizer_state": "float32" | null,        # null: frozen (bench.model.precision)
                                    "shared_with": "actor"}},  # reference only, LoRA on the suite's engine: it
                                        # runs the actor's own weights (adapters off), so it has the actor's
-                                       # storage and compute (bench.precision.with_shared_reference)
+                                       # storage and compute (bench.model.precision.with_shared_reference)
                "lora": {"r": int, "alpha": int, "target_modules": str, "dropout": 0.0,
                         "critic": bool},  # suite engine with train.lora on: the adapters (critic: PPO's critic
                                        # has its own adapters + a trained value head, else trains every weight)
@@ -118,7 +118,7 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
                                        # disabled (shares the actor's weights)"
                "parallel": {"launcher": "none" | "accelerate", "processes": int, "backend": str | null,
                             "strategy": "ddp" | "deepspeed-zero<k>[-offload]",   # what ran
-                            "config_strategy": str,  # what the accelerate config asked for (bench.launch)
+                            "config_strategy": str,  # what the accelerate config asked for (bench.execution.launch)
                             "note": str},            # e.g. the suite engine ran DDP under a ZeRO config
                "generation_backend": "transformers" | "vllm",   # TRL GRPO (baselines/grpo.py); absent: transformers
                "vllm": {"mode": "colocate", "gpu_memory_utilization": float, ...},   # with the vllm backend only
@@ -170,26 +170,26 @@ METRIC_NAMES: dict[str, Metric] = {
     "format_reward": Metric("mean format reward (1 for exactly <think>...</think><answer>...</answer>, else 0)",
                             _SHARE),
     "completion_length": Metric("mean completion length, up to and including the first EOS "
-                                "(bench.generation.completion_length)", "tokens"),
-    "completion_length_p90": Metric("90th percentile of the step's completion lengths (bench.stats.percentile, "
-                                    "linear; bench.monitors)", "tokens"),
+                                "(bench.model.generation.completion_length)", "tokens"),
+    "completion_length_p90": Metric("90th percentile of the step's completion lengths (bench.scoring.stats.percentile, "
+                                    "linear; bench.telemetry.monitors)", "tokens"),
     "eos_rate": Metric("share of completions that emitted EOS within generation.max_new_tokens", _SHARE),
     "truncated_rate": Metric("share of completions that hit max_new_tokens without EOS (TRL: "
-                             "completions/clipped_ratio; bench.monitors)", _SHARE),
+                             "completions/clipped_ratio; bench.telemetry.monitors)", _SHARE),
     "empty_answer_rate": Metric("share of completions with no answer a strict extraction finds "
-                                "(bench.rewards.degenerate_stats)", _SHARE),
+                                "(bench.task.rewards.degenerate_stats)", _SHARE),
     "repetition_rate": Metric("share of completions with a back-to-back repetition loop "
-                              "(bench.rewards.has_repetition)", _SHARE),
+                              "(bench.task.rewards.has_repetition)", _SHARE),
     "format_only_rate": Metric("share of completions with the right format but a wrong answer (reward hacking "
-                               "monitor, bench.rewards.degenerate_stats)", _SHARE),
+                               "monitor, bench.task.rewards.degenerate_stats)", _SHARE),
     "repeated_ngram_rate": Metric("share of completions in which some 4-word n-gram occurs 3+ times anywhere "
-                                  "(reward hacking monitor, bench.monitors)", _SHARE),
+                                  "(reward hacking monitor, bench.telemetry.monitors)", _SHARE),
     "answer_in_think_rate": Metric("share of completions whose strict answer also appears as a number inside "
-                                   "the <think> block (bench.monitors)", _SHARE),
+                                   "the <think> block (bench.telemetry.monitors)", _SHARE),
     "reflection_rate": Metric("share of completions with at least one reflection phrase ('wait', 'let me "
-                              "check', 'verify', ...; the 'aha' monitor, bench.monitors)", _SHARE),
+                              "check', 'verify', ...; the 'aha' monitor, bench.telemetry.monitors)", _SHARE),
     "reflection_count": Metric("mean number of reflection phrases per completion (the 'aha' monitor, "
-                               "bench.monitors)", "phrases per completion"),
+                               "bench.telemetry.monitors)", "phrases per completion"),
     "length_penalty_reward": Metric("mean length-penalty term of the reward, -length_penalty x max(0, tokens - "
                                     "length_threshold) (<= 0; TRL: rewards/length_penalty/mean)", _REWARD),
     "missing_eos_penalty_reward": Metric("mean missing-EOS term of the score, -missing_eos_penalty for a "
@@ -410,6 +410,10 @@ def file_hash(path: Path) -> str | None:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return None
+
+
+MESSAGE_LIMIT = 2000
+"""Characters of a failure message kept in result.json (the whole text goes to traceback.txt)."""
 
 
 def cap_text(text: str, limit: int) -> str:

@@ -2,17 +2,17 @@
 # gpu_check.sh — the one-GPU systems check (issues 7 and 10), in steps, each a one-point sweep of the
 # systems-qwen0.5b preset (Qwen2.5 real shapes, random weights, no download; every run stores the memory model's
 # prediction beside its measurement, and an out-of-memory is recorded with its phase, not as a failure):
-#   0. telemetry plumbing (python -m bench.gpu_check_telemetry): per-phase cuda-allocated peaks against known
+#   0. telemetry plumbing (python -m bench.systems.gpu_check_telemetry): per-phase cuda-allocated peaks against known
 #      allocations; NVML process memory present, or absent with the reason ("no CUDA: skipped" on a CPU).
 #   1. every method at 0.5B at the GSM8K preset's shapes (16 prompts x G 8, 512 new tokens, micro-batch 8),
 #      1 warm-up + 2 measured steps.
 #   2. the largest of Qwen2.5 1.5B / 3B / 7B that the memory model predicts fits the GPU's free memory for the
 #      engine's GRPO, PPO (verifier) and DPO, and that step 1's times say fits the time left
-#      (python -m bench.gpu_check_plan step2: each skipped size says why); those three methods, same shapes/steps.
+#      (python -m bench.systems.gpu_check_plan step2: each skipped size says why); those three methods, same shapes/steps.
 #   3. with 2+ GPUs and deepspeed importable: TRL's GRPO at 0.5B, two processes under ZeRO-2
-#      (--launcher accelerate --num-processes 2 --accelerate-config bench/accelerate/zero2.yaml); else one line
+#      (--launcher accelerate --num-processes 2 --accelerate-config bench/config/accelerate/zero2.yaml); else one line
 #      saying why it was skipped.
-# Then a table per step (python -m bench.gpu_check_table): peak memory by source, the prediction beside it with the
+# Then a table per step (python -m bench.systems.gpu_check_table): peak memory by source, the prediction beside it with the
 # error in %, s/step, completions/s, static accounting; step 2's choice and step 3's outcome.
 #
 #   scripts/gpu_check.sh [--cpu-rehearsal] [--dry-run] [key.path=value ...]   run from anywhere
@@ -174,8 +174,8 @@ run1=("$py" -m bench run --preset "$preset" --out "$suite/step1" ${overrides[@]+
 if [ "$dry_run" = 1 ]; then
   say "python: $py"
   say "would run (all steps within ${limit} s): ${run1[*]}"
-  say "then: $py -m bench.gpu_check_plan step2 --step1 $suite/step1 ... (step 2); $py -m bench.gpu_check_plan step3"
-  say "then: $py -m bench.gpu_check_table $suite"
+  say "then: $py -m bench.systems.gpu_check_plan step2 --step1 $suite/step1 ... (step 2); $py -m bench.systems.gpu_check_plan step3"
+  say "then: $py -m bench.systems.gpu_check_table $suite"
   "$py" -m bench run --preset "$preset" --dry-run ${overrides[@]+"${overrides[@]}"} "${step1_point[@]}"
   exit 0
 fi
@@ -212,7 +212,7 @@ fi
 device_arg=()
 if [ "$rehearsal" = 1 ]; then device_arg=(--device cpu); fi
 set +e
-"$py" -m bench.gpu_check_telemetry ${device_arg[@]+"${device_arg[@]}"} | tee "$suite/telemetry-check.txt"
+"$py" -m bench.systems.gpu_check_telemetry ${device_arg[@]+"${device_arg[@]}"} | tee "$suite/telemetry-check.txt"
 telemetry_rc=${PIPESTATUS[0]}
 set -e
 
@@ -238,7 +238,7 @@ elif [ -f "$suite/step1/suite.json" ]; then
   memory_arg=auto
   if [ "$rehearsal" = 1 ]; then memory_arg=host; fi
   set +e
-  plan_out="$("$py" -m bench.gpu_check_plan step2 --step1 "$suite/step1" --seconds-left "$(( $(left) - reserve_s ))" \
+  plan_out="$("$py" -m bench.systems.gpu_check_plan step2 --step1 "$suite/step1" --seconds-left "$(( $(left) - reserve_s ))" \
     --gpu-memory "$memory_arg" --preset "$preset" --write "$suite/step2-plan.json" \
     -- ${overrides[@]+"${overrides[@]}"} 2>>"$log.plan")"
   plan_rc=$?
@@ -264,13 +264,13 @@ fi
 
 # --- step 3: ZeRO-2, two processes, TRL's GRPO ---
 set +e
-"$py" -m bench.gpu_check_plan step3 > "$suite/step3.txt"
+"$py" -m bench.systems.gpu_check_plan step3 > "$suite/step3.txt"
 step3_go=$?
 set -e
 if [ "$step3_go" = 0 ] && [ "$(left)" -gt $((reserve_s + 60)) ]; then
   mapfile -t step3_point < <(point qwen2.5-0.5b)
   run3=("$py" -m bench run --preset "$preset" --out "$suite/step3" --launcher accelerate --num-processes 2
-        --accelerate-config bench/accelerate/zero2.yaml ${overrides[@]+"${overrides[@]}"}
+        --accelerate-config bench/config/accelerate/zero2.yaml ${overrides[@]+"${overrides[@]}"}
         methods.grpo_engine.enabled=false methods.ppo.enabled=false methods.ppo_verifier.enabled=false
         methods.dpo.enabled=false "${step3_point[@]}")
   echo "step 3: ZeRO-2, 2 processes, TRL's GRPO at 0.5B: ${run3[*]}" > "$suite/step3.txt"
@@ -285,7 +285,7 @@ fi
 say "$(cat "$suite/step3.txt")"
 
 set +e
-"$py" -m bench.gpu_check_table "$suite" > "$suite/table.txt"
+"$py" -m bench.systems.gpu_check_table "$suite" > "$suite/table.txt"
 table_rc=$?
 set -e
 cat "$suite/table.txt"

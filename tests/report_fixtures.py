@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import empty_result, result_problems, write_json_atomic
-from bench.stats import wilson_interval
+from bench.scoring.stats import wilson_interval
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1024**2

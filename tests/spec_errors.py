@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.errors import SpecError
-from bench.spec import load_spec
+from bench.config.loading import load_spec
 
 
 def spec_error(overrides: list[str], preset: str = "cpu-quick") -> str:

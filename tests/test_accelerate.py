@@ -1,4 +1,4 @@
-"""Several processes per method run through accelerate (issue 14; bench.launch).
+"""Several processes per method run through accelerate (issue 14; bench.execution.launch).
 
 The launched run: `bench run --preset cpu-quick --launcher accelerate --num-processes 2` at a smaller size, on
 gloo (no GPU here): each rank of the engine's GRPO and PPO, TRL's GRPO and TRL's DPO trained on its own prompts (DPO:
@@ -16,9 +16,10 @@ import pytest
 from bench_cli import run_bench
 from spec_errors import spec_error
 
-from bench import launch
+from bench.execution import launch
+from bench.config import launcher
 from bench.results import empty_result, write_json_atomic
-from bench.spec import load_spec
+from bench.config.loading import load_spec
 
 SMALL = ["warm_start.steps=20", "train.steps=2", "task.test_size=8", "eval.batch_size=8",
          "methods.ppo.enabled=false", "sample_pool.prompts=8", "sample_pool.pairs=gold"]
@@ -54,14 +55,14 @@ def test_more_processes_than_cores_on_a_cpu_only_machine_is_allowed() -> None:
     assert spec.launcher.num_processes == 2 and spec.device == "cpu"
 
 
-@pytest.mark.parametrize("name", launch.SHIPPED_CONFIGS)
+@pytest.mark.parametrize("name", launcher.SHIPPED_CONFIGS)
 def test_shipped_configs_load_in_accelerate(name: str) -> None:
     """accelerate's own loader reads each shipped file; DeepSpeed ones carry a ZeRO stage the suite checks."""
     from accelerate.commands.config.config_args import load_config_from_file
 
-    path = launch.shipped_config(name)
+    path = launcher.shipped_config(name)
     config = load_config_from_file(str(path))
-    data = launch.read_config(path)
+    data = launcher.read_config(path)
     assert str(config.distributed_type).split(".")[-1] == data["distributed_type"]
     if name.startswith("zero"):
         assert data["distributed_type"] == "DEEPSPEED"
@@ -74,7 +75,7 @@ def test_cli_flags_map_to_the_spec_and_a_bad_one_is_one_line(tmp_path: Path) -> 
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "bench: error: 'launcher.num_processes' must be >= 1, got 0"
     config = tmp_path / "mine.yaml"
-    config.write_text(launch.shipped_config("ddp").read_text())
+    config.write_text(launcher.shipped_config("ddp").read_text())
     proc = run_bench("run", "--preset", "cpu-quick", "--launcher", "accelerate", "--num-processes", "2",
                      "--accelerate-config", str(config), "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -87,7 +88,7 @@ def test_trl_grpo_gets_its_share_of_the_step_per_process(tmp_path: Path, monkeyp
     """Two ranks: each generates and trains on prompts_per_step / 2 prompts' G completions, so that
     per_device x accumulation x N is the step's prompts_per_step x G (TRL's generation batch, all whole groups)."""
     from baselines.grpo import grpo_config
-    from bench.context import RunContext
+    from bench.execution.context import RunContext
 
     spec = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=2", "train.prompts_per_step=4",
                                   "train.group_size=6", f"train.micro_batch_size={micro}"])
@@ -132,10 +133,10 @@ def test_method_runs_start_through_accelerate_and_stages_do_not(tmp_path: Path) 
     command, env = launch.worker_launch(spec, "method", "grpo_engine", tmp_path, {})
     assert command is not None and command[1:5] == ["-m", "accelerate.commands.accelerate_cli", "launch",
                                                     "--config_file"]
-    assert command[5] == str(launch.shipped_config("ddp"))
+    assert command[5] == str(launcher.shipped_config("ddp"))
     assert command[command.index("--num_processes") + 1] == "2"
-    assert command[-3:] == ["-m", "bench.worker", str(tmp_path)]
-    assert env[launch.LAUNCHER_ENV] == "accelerate" and not (tmp_path / "rank1.json").exists()
+    assert command[-3:] == ["-m", "bench.execution.worker", str(tmp_path)]
+    assert env[launcher.LAUNCHER_ENV] == "accelerate" and not (tmp_path / "rank1.json").exists()
     assert launch.worker_launch(spec, "method", "grpo", tmp_path, {})[0] is not None  # TRL GRPO maps its budget
     assert launch.worker_launch(spec, "method", "dpo", tmp_path, {})[0] is not None  # and so does TRL's DPO
     assert launch.worker_launch(spec, "stage", "warm_start", tmp_path, {})[0] is None
@@ -302,7 +303,7 @@ def test_sigterm_stops_every_rank_and_records_the_run_as_interrupted(tmp_path: P
             assert suite.poll() is None and time.monotonic() < deadline, console.read_text()[-3000:]
             time.sleep(0.1)
         processes = psutil.Process(suite.pid).children(recursive=True)
-        ranks = [p for p in processes if p.cmdline()[-2:] == ["bench.worker", str(out / "runs" / "grpo_engine-s0")]
+        ranks = [p for p in processes if p.cmdline()[-2:] == ["bench.execution.worker", str(out / "runs" / "grpo_engine-s0")]
                  and "accelerate" not in " ".join(p.cmdline())]
         assert len(ranks) == 2 and len({os.getpgid(p.pid) for p in ranks}) == 2  # each rank in a group of its own
         suite.send_signal(signal.SIGTERM)

@@ -1,4 +1,4 @@
-"""The README's promise, kept: adding a method is one recipe file in baselines/ and one line in bench/registry.py.
+"""The README's promise, kept: adding a method is one recipe file in baselines/ and one line in bench/config/registry.py.
 
 The test copies the suite's packages into a temporary folder, writes a new method there (RLOO on the suite's
 engine: REINFORCE with a leave-one-out baseline), registers it with one line, and runs it end to end on cpu-quick
@@ -94,7 +94,7 @@ def _copy_with_new_method(root: Path) -> Path:
     for package in ("bench", "baselines"):
         shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "baselines" / "rloo.py").write_text(RLOO_RECIPE, encoding="utf-8")
-    registry = copy / "bench" / "registry.py"
+    registry = copy / "bench" / "config" / "registry.py"
     text = registry.read_text(encoding="utf-8")
     anchor = '    "dpo": Entry("baselines.dpo"),\n'
     assert anchor in text, "the registry's METHODS table changed; update this test's anchor"

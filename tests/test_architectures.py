@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.architectures import (
+from bench.config.architectures import (
     architecture_config,
     architecture_fields,
     architecture_names,
@@ -19,7 +19,8 @@ from bench.architectures import (
     scaled_fields,
 )
 from bench.errors import SpecError, UserError
-from bench.spec import ScaleSpec, load_spec
+from bench.config.spec import ScaleSpec
+from bench.config.loading import load_spec
 
 # Published totals (billions). Qwen2.5: the "Number of Parameters" line of each Qwen/Qwen2.5-*-Instruct model
 # card and the Qwen2.5 technical report (arXiv:2412.15115, table 1); 0.5B also 0.36B non-embedding.
@@ -127,7 +128,7 @@ def test_an_unknown_name_lists_the_known_ones_with_a_suggestion():
 
 
 def test_names_do_not_import_torch():
-    code = "import sys, bench.architectures as a; a.architecture_names(); print('torch' in sys.modules)"
+    code = "import sys, bench.config.architectures as a; a.architecture_names(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -169,8 +170,8 @@ def test_a_valid_architecture_spec_loads():
 
 
 def test_initial_model_source_builds_a_loadable_folder_with_the_real_vocab(tmp_path, monkeypatch):
-    from bench.data import tokenizer_corpus
-    from bench.models import initial_model_source, load_causal_lm, load_tokenizer
+    from bench.task.data import tokenizer_corpus
+    from bench.model.loading import initial_model_source, load_causal_lm, load_tokenizer
 
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path))
     spec = load_spec("cpu-tiny", ARCH + ["model.architecture=qwen2.5-0.5b", "model.scale.num_layers=1",
@@ -198,7 +199,7 @@ def test_initial_model_source_builds_a_loadable_folder_with_the_real_vocab(tmp_p
 
 
 def test_gsm8k_tokenizer_corpus_is_the_training_split(tmp_path):
-    from bench.data import tokenizer_corpus
+    from bench.task.data import tokenizer_corpus
 
     rows = {
         "train": [{"question": f"Tom has {n} apples. How many?", "answer": f"He has {n}.\n#### {n}"} for n in range(12)],

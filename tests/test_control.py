@@ -16,7 +16,7 @@ import torch
 
 from baselines import control
 from bench.errors import SpecError
-from bench.spec import load_spec
+from bench.config.loading import load_spec
 from test_rollout_engine import _context, _rows, model_dirs  # noqa: F401 (model_dirs is a pytest fixture)
 
 
@@ -36,11 +36,11 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _greedy(model, tokenizer, rows, spec) -> tuple[list[str], list[dict[str, bool]]]:
-    """The evaluation's greedy completions (bench.evaluation.generate_greedy, the spec's decoding) and the verdict
+    """The evaluation's greedy completions (bench.scoring.evaluation.generate_greedy, the spec's decoding) and the verdict
     of every scoring mode on each question."""
-    from bench.evaluation import generate_greedy
-    from bench.generation import eos_token_ids, sampling_settings
-    from bench.verifier import MODES, is_correct
+    from bench.scoring.evaluation import generate_greedy
+    from bench.model.generation import eos_token_ids, sampling_settings
+    from bench.task.verifier import MODES, is_correct
 
     settings = sampling_settings(spec, tokenizer, eos_token_ids(model, tokenizer), greedy=True)
     texts, _ = generate_greedy(model, tokenizer, [r["prompt"] for r in rows], settings, batch_size=8)
@@ -53,7 +53,7 @@ def _warm_started(policy_dir: Path, out: Path) -> Path:
     tests' arithmetic rows (a random one greedily prints blanks, and every verdict would be False)."""
     from transformers import AutoModelForCausalLM
 
-    from bench.models import load_tokenizer
+    from bench.model.loading import load_tokenizer
 
     tokenizer = load_tokenizer(policy_dir)
     model = AutoModelForCausalLM.from_pretrained(policy_dir)
@@ -75,7 +75,7 @@ def _warm_started(policy_dir: Path, out: Path) -> Path:
 def test_control_leaves_every_weight_and_every_verdict_unchanged(tmp_path, model_dirs):  # noqa: F811
     from transformers import AutoModelForCausalLM
 
-    from bench.models import load_tokenizer
+    from bench.model.loading import load_tokenizer
     from bench.telemetry import Telemetry
 
     cfg = control.Config(enabled=True, missing_eos_penalty=1.0)  # scores differ within a group: non-zero gradients
@@ -117,7 +117,7 @@ def test_control_leaves_every_weight_and_every_verdict_unchanged(tmp_path, model
 
 
 def test_control_is_registered_off_by_default_and_refuses_a_learning_rate() -> None:
-    from bench.registry import label
+    from bench.config.registry import label
 
     assert label("control") == "Control (lr 0)"
     assert "control" not in load_spec("cpu-quick").enabled_methods()

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import bench.data_export as data_export
+import bench.task.export as data_export
 from bench.cli import main
-from bench.data import load_task
-from bench.spec import load_spec
-from bench.tasks import read_gsm8k
+from bench.task.data import load_task
+from bench.config.loading import load_spec
+from bench.task.problems import read_gsm8k
 
 
 def _read_lines(path: Path) -> list[dict]:
@@ -56,12 +56,12 @@ def test_export_writes_the_validation_split_when_the_preset_has_one(tmp_path: Pa
 
 def test_a_tuning_runs_splits_export_validation_and_never_test(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import bench.data
+    import bench.task.data
 
     def no_test(*args: object, **kwargs: object) -> None:
         raise AssertionError("the test split was generated")
 
-    monkeypatch.setattr(bench.data, "synthetic_splits", no_test)
+    monkeypatch.setattr(bench.task.data, "synthetic_splits", no_test)
     out = tmp_path / "splits"
     assert main(["data", "--preset", "cpu-quick", "task.validation_size=20", "eval.split=validation",
                  "--export", str(out)]) == 0

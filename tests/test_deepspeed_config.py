@@ -1,4 +1,4 @@
-"""DeepSpeed plumbing without DeepSpeed (issue 14; bench.launch): choosing a ZeRO config is checked before anything
+"""DeepSpeed plumbing without DeepSpeed (issue 14; bench.execution.launch): choosing a ZeRO config is checked before anything
 runs, and a run under one records what actually ran.
 
 - DeepSpeed missing (or installed but not importing): one line naming the fix, the optional extra;
@@ -22,9 +22,10 @@ import pytest
 from bench_cli import run_bench
 from spec_errors import spec_error
 
-from bench import launch
+from bench.execution import launch
+from bench.config import launcher
 from bench.errors import SpecError
-from bench.spec import load_spec
+from bench.config.loading import load_spec
 
 ZERO_CONFIGS = ("zero2", "zero3", "zero3_offload")
 LAUNCHED = ["launcher.name=accelerate", "launcher.num_processes=2"]
@@ -50,7 +51,7 @@ def stand_in_deepspeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         (package / "__init__.py").write_text(body, encoding="utf-8")
         monkeypatch.syspath_prepend(str(package.parent))
         monkeypatch.setenv("PYTHONPATH", str(package.parent))
-        monkeypatch.setenv(launch.DEEPSPEED_OK_ENV, "")  # no earlier check counts (and the value is restored)
+        monkeypatch.setenv(launcher.DEEPSPEED_OK_ENV, "")  # no earlier check counts (and the value is restored)
 
     return install
 
@@ -59,16 +60,16 @@ def stand_in_deepspeed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 @pytest.mark.parametrize("name", ZERO_CONFIGS)
 def test_a_zero_config_without_deepspeed_names_the_extra(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launch, "deepspeed_problem", lambda: "is not installed")
-    message = spec_error([*LAUNCHED, f"launcher.config_file={launch.shipped_config(name)}"])
+    message = spec_error([*LAUNCHED, f"launcher.config_file={launcher.shipped_config(name)}"])
     assert "is a DeepSpeed config but DeepSpeed is not installed" in message
-    assert "pip install '.[deepspeed]'" in message and str(launch.shipped_config("ddp")) in message
+    assert "pip install '.[deepspeed]'" in message and str(launcher.shipped_config("ddp")) in message
 
 
 def test_the_command_line_stops_with_one_line_and_exit_2_when_deepspeed_does_not_import() -> None:
     """The real interpreter of this suite has no DeepSpeed (or a broken one): either way, the fix is named."""
     proc = run_bench("run", "--preset", "cpu-quick", "--launcher", "accelerate", "--num-processes", "2",
-                     "--accelerate-config", str(launch.shipped_config("zero2")), "--dry-run")
-    if launch.deepspeed_problem() is None:
+                     "--accelerate-config", str(launcher.shipped_config("zero2")), "--dry-run")
+    if launcher.deepspeed_problem() is None:
         pytest.skip("DeepSpeed imports in this environment")  # then the CPU refusal below applies instead
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -77,9 +78,9 @@ def test_the_command_line_stops_with_one_line_and_exit_2_when_deepspeed_does_not
 
 def test_a_deepspeed_that_does_not_import_is_named_with_its_error(stand_in_deepspeed) -> None:
     stand_in_deepspeed("raise ImportError('libcudart.so.12: cannot open shared object file')\n")
-    assert launch.deepspeed_problem() == ("is installed but does not import (ImportError: libcudart.so.12: cannot "
+    assert launcher.deepspeed_problem() == ("is installed but does not import (ImportError: libcudart.so.12: cannot "
                                           "open shared object file)")
-    message = spec_error([*LAUNCHED, f"launcher.config_file={launch.shipped_config('zero3')}"])
+    message = spec_error([*LAUNCHED, f"launcher.config_file={launcher.shipped_config('zero3')}"])
     assert "DeepSpeed is installed but does not import (ImportError: libcudart.so.12" in message
     assert "pip install '.[deepspeed]'" in message
 
@@ -87,18 +88,18 @@ def test_a_deepspeed_that_does_not_import_is_named_with_its_error(stand_in_deeps
 def test_with_deepspeed_importing_a_cpu_spec_is_still_refused_and_a_gpu_spec_passes(
         stand_in_deepspeed, monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in_deepspeed("__version__ = '0.0.0'\n")
-    assert launch.deepspeed_problem() is None
+    assert launcher.deepspeed_problem() is None
     # once it imported, the workers (which inherit the environment) do not import it again to check
     import os
     import subprocess
 
-    assert os.environ[launch.DEEPSPEED_OK_ENV] == sys.executable
+    assert os.environ[launcher.DEEPSPEED_OK_ENV] == sys.executable
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("DeepSpeed's import was checked again"))
-    assert launch.deepspeed_problem() is None
-    message = spec_error([*LAUNCHED, f"launcher.config_file={launch.shipped_config('zero2')}"])
+    assert launcher.deepspeed_problem() is None
+    message = spec_error([*LAUNCHED, f"launcher.config_file={launcher.shipped_config('zero2')}"])
     assert "is a DeepSpeed config, which needs GPUs" in message
-    zero2 = launch.shipped_config("zero2")
-    launch.check_config(launch.read_config(zero2), zero2, "cuda")  # no error: installed, on a GPU
+    zero2 = launcher.shipped_config("zero2")
+    launcher.check_config(launcher.read_config(zero2), zero2, "cuda")  # no error: installed, on a GPU
 
 
 # -- the config file ----------------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ def test_a_missing_config_file_is_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.yaml"
     assert spec_error([*LAUNCHED, f"launcher.config_file={missing}"]) == (
         f"'launcher.config_file' '{missing}' does not exist; give an accelerate config file, e.g. "
-        f"{launch.shipped_config('ddp')}")
+        f"{launcher.shipped_config('ddp')}")
 
 
 @pytest.mark.parametrize("ds_json, expected", [
@@ -153,17 +154,17 @@ def test_the_stage_and_offload_come_from_the_deepspeed_json(tmp_path: Path, monk
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "none"}}}), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     path = _config(tmp_path, _deepspeed_yaml("  deepspeed_config_file: ds.json\n"))
-    data = launch.read_config(path)
-    assert launch.deepspeed_settings(data, path) == {
+    data = launcher.read_config(path)
+    assert launcher.deepspeed_settings(data, path) == {
         "zero_stage": 3, "offload_optimizer_device": "cpu", "offload_param_device": "none"}
-    assert launch.config_strategy(data, path) == "deepspeed-zero3-offload"
+    assert launcher.config_strategy(data, path) == "deepspeed-zero3-offload"
 
 
 @pytest.mark.parametrize("name, strategy", [("ddp", "ddp"), ("zero2", "deepspeed-zero2"),
                                             ("zero3", "deepspeed-zero3"), ("zero3_offload", "deepspeed-zero3-offload")])
 def test_each_shipped_config_names_its_strategy(name: str, strategy: str) -> None:
-    path = launch.shipped_config(name)
-    assert launch.config_strategy(launch.read_config(path), path) == strategy
+    path = launcher.shipped_config(name)
+    assert launcher.config_strategy(launcher.read_config(path), path) == strategy
 
 
 # -- what a run under a ZeRO config records -----------------------------------------------------------------
@@ -172,7 +173,7 @@ def test_under_a_zero_config_the_engine_and_trl_record_the_config() -> None:
     under stages 1-3 (the run itself: test_engine_deepspeed.py): both record the config's strategy, the engine with
     where its frozen networks are and, under ZeRO-3, how it generates."""
     spec = load_spec("cpu-quick", LAUNCHED)  # a GPU machine's spec, minus the checks a CPU spec fails
-    spec.launcher.config_file = str(launch.shipped_config("zero2"))
+    spec.launcher.config_file = str(launcher.shipped_config("zero2"))
     for method in ("grpo", "dpo"):
         parallel = launch.parallel_settings(spec, method)
         assert (parallel["strategy"], parallel["config_strategy"]) == ("deepspeed-zero2", "deepspeed-zero2")
@@ -182,19 +183,19 @@ def test_under_a_zero_config_the_engine_and_trl_record_the_config() -> None:
         assert (parallel["strategy"], parallel["config_strategy"]) == ("deepspeed-zero2", "deepspeed-zero2")
         assert "note" not in parallel and "generation" not in parallel
         assert parallel["frozen_networks"].startswith("replicated")
-    spec.launcher.config_file = str(launch.shipped_config("zero3"))
+    spec.launcher.config_file = str(launcher.shipped_config("zero3"))
     parallel = launch.parallel_settings(spec, "ppo")
     assert parallel["strategy"] == "deepspeed-zero3" and "gather" in parallel["generation"]
     spec.launcher.config_file = None  # the default ddp.yaml: every method ran what it was asked for
     assert {launch.parallel_settings(spec, m)["strategy"] for m in ("grpo", "dpo", "grpo_engine")} == {"ddp"}
     assert "note" not in launch.parallel_settings(spec, "grpo_engine")
-    assert launch.engine_zero(spec) is None
+    assert launcher.engine_zero(spec) is None
 
 
 def test_under_zero_stage_0_the_engine_runs_ddp_and_says_so(tmp_path: Path) -> None:
     spec = load_spec("cpu-quick", LAUNCHED)
     spec.launcher.config_file = str(_config(tmp_path, _deepspeed_yaml("  zero_stage: 0\n")))
-    assert launch.engine_zero(spec) is None
+    assert launcher.engine_zero(spec) is None
     parallel = launch.parallel_settings(spec, "grpo_engine")
     assert (parallel["strategy"], parallel["config_strategy"]) == ("ddp", "deepspeed-zero0")
     assert parallel["note"].startswith("the config asks for deepspeed-zero0; the suite engine does not shard")
@@ -204,13 +205,13 @@ def test_under_zero_stage_0_the_engine_runs_ddp_and_says_so(tmp_path: Path) -> N
 def test_the_cpu_escape_lets_a_deepspeed_config_through_only_when_set(stand_in_deepspeed,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in_deepspeed("__version__ = '0.0.0'\n")
-    zero3 = launch.shipped_config("zero3")
+    zero3 = launcher.shipped_config("zero3")
     for value in ("", "0", "yes"):
-        monkeypatch.setenv(launch.DEEPSPEED_ON_CPU_ENV, value)
+        monkeypatch.setenv(launcher.DEEPSPEED_ON_CPU_ENV, value)
         with pytest.raises(SpecError, match="needs GPUs"):
-            launch.check_config(launch.read_config(zero3), zero3, "cpu")
-    monkeypatch.setenv(launch.DEEPSPEED_ON_CPU_ENV, "1")
-    launch.check_config(launch.read_config(zero3), zero3, "cpu")  # no error: the experiment escape
+            launcher.check_config(launcher.read_config(zero3), zero3, "cpu")
+    monkeypatch.setenv(launcher.DEEPSPEED_ON_CPU_ENV, "1")
+    launcher.check_config(launcher.read_config(zero3), zero3, "cpu")  # no error: the experiment escape
 
 
 def test_the_environment_block_records_the_deepspeed_version() -> None:

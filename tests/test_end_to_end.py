@@ -183,10 +183,10 @@ def test_lora_runs_count_adapters_as_trainable_and_the_base_once(tmp_path: Path)
 def test_gsm8k_files_and_a_local_model_folder_run_through_the_suite(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The GPU preset's path, offline: GSM8K-format files (written here) and model.source=path."""
-    from bench.data import tokenizer_corpus
-    from bench.models import tiny_model_dir
-    from bench.spec import load_spec
-    from bench.tasks import generate_synthetic
+    from bench.task.data import tokenizer_corpus
+    from bench.model.loading import tiny_model_dir
+    from bench.config.loading import load_spec
+    from bench.task.problems import generate_synthetic
 
     data = tmp_path / "gsm8k"
     data.mkdir()

@@ -1,4 +1,4 @@
-"""The suite engine under DeepSpeed ZeRO-3 (issue 14; baselines.rollout_engine, bench.launch.engine_zero).
+"""The suite engine under DeepSpeed ZeRO-3 (issue 14; baselines.rollout_engine, bench.config.launcher.engine_zero).
 
 Two ranks on gloo with DeepSpeed's CPU accelerator (``DS_ACCELERATOR=cpu``) through the experiment escape
 ``BENCH_DEEPSPEED_ON_CPU=1``: PPO with the verifier reward (actor and critic, both sharded) trains for two steps
@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 from bench_cli import run_bench
 
-from bench import launch
-
-if launch.deepspeed_problem() is not None:
-    pytest.skip(f"DeepSpeed {launch.deepspeed_problem()} in this interpreter: the ZeRO run needs it "
+from bench.config import launcher
+if launcher.deepspeed_problem() is not None:
+    pytest.skip(f"DeepSpeed {launcher.deepspeed_problem()} in this interpreter: the ZeRO run needs it "
                 f"(pip install '.[deepspeed]')", allow_module_level=True)
 
 SMALL = ["warm_start.steps=5", "train.steps=2", "task.test_size=4", "eval.batch_size=4",
@@ -36,9 +35,9 @@ def zero3_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = root / "suite"
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DS_ACCELERATOR", "cpu")
-        env.setenv(launch.DEEPSPEED_ON_CPU_ENV, "1")
+        env.setenv(launcher.DEEPSPEED_ON_CPU_ENV, "1")
         proc = run_bench("run", "--preset", "cpu-quick", "--out", str(out), "--launcher", "accelerate",
-                         "--num-processes", "2", "--accelerate-config", str(launch.shipped_config("zero3")), *SMALL,
+                         "--num-processes", "2", "--accelerate-config", str(launcher.shipped_config("zero3")), *SMALL,
                          cache_dir=root / "cache", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:] + "\n".join(
         p.read_text()[-3000:] for p in out.glob("runs/*/worker.log"))

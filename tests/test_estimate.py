@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from bench.cli import main
-from bench.estimate import parse_memory
-from bench.memory_model import GIB, Settings
+from bench.systems.estimate import parse_memory
+from bench.systems.memory_model import GIB, Settings
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -63,7 +63,7 @@ def test_all_methods_side_by_side(capsys):
 
 
 def test_defaults_are_the_gsm8k_preset_shapes():
-    preset = yaml.safe_load((resources.files("bench") / "presets" / "gsm8k-qwen0.5b.yaml").read_text())
+    preset = yaml.safe_load((resources.files("bench.config") / "presets" / "gsm8k-qwen0.5b.yaml").read_text())
     s, t = Settings(), preset["train"]
     assert (s.micro_batch_size, s.group_size, s.prompts_per_step) == (t["micro_batch_size"], t["group_size"],
                                                                        t["prompts_per_step"])
@@ -101,7 +101,7 @@ def test_memory_sizes_parse(text, expected):
 def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     try:
         code = main(["estimate", *argv])
-    except SystemExit as exc:  # argparse's own errors (made one line in bench.estimate)
+    except SystemExit as exc:  # argparse's own errors (made one line in bench.systems.estimate)
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2

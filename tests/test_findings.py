@@ -185,8 +185,8 @@ def test_a_gpu_run_gets_a_vram_verdict_and_gpu_wording(tmp_path: Path) -> None:
 
 def test_the_runner_records_the_run_and_resume_commands(tmp_path: Path) -> None:
     """suite.json 'commands': the resume line as the CLI builds it, and the same without --out FOLDER --resume."""
-    from bench.runner import prepare_suite_dir
-    from bench.spec import load_spec
+    from bench.execution.runner import prepare_suite_dir
+    from bench.config.loading import load_spec
 
     spec = load_spec("cpu-quick", [])
     resume = f"bench run --preset cpu-quick --out '{tmp_path / 'a b'}' --resume train.steps=2 'seeds=[0,1]'"

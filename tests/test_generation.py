@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import torch
 
-from bench.context import RunContext
-from bench.generation import (completion_length, decoding_settings, eos_token_ids, generate, generation_config,
+from bench.execution.context import RunContext
+from bench.model.generation import (completion_length, decoding_settings, eos_token_ids, generate, generation_config,
                               greedy_settings, sampling_settings)
-from bench.spec import SpecError, load_spec
+from bench.config.spec import SpecError
+from bench.config.loading import load_spec
 
 WORDS = [f"w{i}" for i in range(40)] + [str(d) for d in range(10)] + ["what", "is", "plus", "answer"]
 PROMPTS = ["what is 3 plus 4", "w1 w2 w3", "answer is 7 w9 w12 w30", "5"]
@@ -75,7 +76,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _load(folder: Path) -> tuple[Any, Any]:
-    from bench.models import load_causal_lm, load_tokenizer
+    from bench.model.loading import load_causal_lm, load_tokenizer
 
     spec = load_spec("cpu-tiny", [])
     return load_causal_lm(folder, spec.model, "cpu").eval(), load_tokenizer(folder)
@@ -97,7 +98,7 @@ def test_leaky_generation_config_is_loaded(folders: dict[str, Path]) -> None:
 
 
 def test_greedy_is_identical_with_and_without_the_model_generation_config(folders: dict[str, Path]) -> None:
-    from bench.evaluation import evaluate
+    from bench.scoring.evaluation import evaluate
 
     outputs, raw, explicit_only, texts = {}, {}, {}, {}
     rows = [{"prompt": p, "answer": "7", "question": p} for p in PROMPTS]
@@ -125,7 +126,7 @@ def test_greedy_is_identical_with_and_without_the_model_generation_config(folder
 
 
 def test_sampling_is_identical_with_and_without_the_model_generation_config(folders: dict[str, Path]) -> None:
-    from bench.sample_pool import sample
+    from bench.execution.sample_pool import sample
 
     outputs, raw, texts = {}, {}, {}
     for name, folder in folders.items():
@@ -148,7 +149,7 @@ def test_sampling_is_identical_with_and_without_the_model_generation_config(fold
 
 
 def test_sample_pool_records_its_generation_settings(folders: dict[str, Path], tmp_path: Path) -> None:
-    from bench import sample_pool
+    from bench.execution import sample_pool
     from bench.telemetry import Telemetry
 
     spec = _spec(["sample_pool.prompts=2", "sample_pool.samples_per_prompt=2", "sample_pool.batch_size=2",

@@ -1,6 +1,6 @@
 """The GPU check: scripts/gpu_check.sh, the systems-qwen0.5b preset, gold preference pairs, eval.enabled, the
-step-2 plan (bench.gpu_check_plan), the telemetry check (bench.gpu_check_telemetry) and the table module
-(bench.gpu_check_table).
+step-2 plan (bench.systems.gpu_check_plan), the telemetry check (bench.systems.gpu_check_telemetry) and the table module
+(bench.systems.gpu_check_table).
 
 The script is rehearsed on this CPU through its --cpu-rehearsal flag (one layer, widths / 16, the real
 151,936-entry vocabulary, 4 fixed-length new tokens), so it cannot rot between GPU sessions: one run (a few
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 from bench.errors import SpecError
-from bench.gpu_check_table import main as table_main
+from bench.systems.gpu_check_table import main as table_main
 from bench.results import empty_result, write_json_atomic
-from bench.sample_pool import GOLD_PAIRS, VERIFIER_PAIRS, pool_entry, preference_pairs
-from bench.spec import load_spec
-from bench.tasks import format_target
+from bench.execution.sample_pool import GOLD_PAIRS, VERIFIER_PAIRS, pool_entry, preference_pairs
+from bench.config.loading import load_spec
+from bench.task.problems import format_target
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
@@ -306,7 +306,7 @@ def test_table_refuses_a_folder_that_is_no_suite(tmp_path: Path, capsys: pytest.
 
 # --- step 2's choice, step 3's skip line, the telemetry check without CUDA ----------------------------------------
 def _candidates(peaks_gib: dict[str, float], seconds: dict[str, float | None]) -> list:
-    from bench.gpu_check_plan import CANDIDATES, Candidate
+    from bench.systems.gpu_check_plan import CANDIDATES, Candidate
 
     return [Candidate(a, 1, {m: int(peaks_gib[a] * 2**30) for m in ("grpo_engine", "ppo_verifier", "dpo")},
                       seconds[a]) for a in CANDIDATES]
@@ -325,7 +325,7 @@ PEAKS = {"qwen2.5-7b": 270.0, "qwen2.5-3b": 116.0, "qwen2.5-1.5b": 60.0}
 ])
 def test_step_2_chooses_the_largest_size_that_fits_memory_and_time(gpu_gib: int, seconds_left: float,
                                                                   chosen: str | None, verdict_of_3b: str) -> None:
-    from bench.gpu_check_plan import choose
+    from bench.systems.gpu_check_plan import choose
 
     seconds = {"qwen2.5-7b": 1500.0, "qwen2.5-3b": 600.0, "qwen2.5-1.5b": 300.0}
     plan = choose(_candidates(PEAKS, seconds), gpu_gib * 2**30, seconds_left, "test")
@@ -340,7 +340,7 @@ def test_step_2_chooses_the_largest_size_that_fits_memory_and_time(gpu_gib: int,
 
 
 def test_step_2_without_step_1_times_says_so() -> None:
-    from bench.gpu_check_plan import choose, estimate_seconds
+    from bench.systems.gpu_check_plan import choose, estimate_seconds
 
     assert estimate_seconds({"warm_start": 10.0}, 3.0) is None  # the methods' times are missing
     assert estimate_seconds({n: 10.0 for n in ("warm_start", "sample_pool", "grpo_engine", "ppo_verifier", "dpo")},
@@ -351,7 +351,7 @@ def test_step_2_without_step_1_times_says_so() -> None:
 
 
 def test_step_2_overrides_are_one_point_of_the_three_methods() -> None:
-    from bench.gpu_check_plan import point_overrides, step2_method_overrides
+    from bench.systems.gpu_check_plan import point_overrides, step2_method_overrides
 
     spec = load_spec(PRESET, [*step2_method_overrides(), *point_overrides("qwen2.5-3b")])
     assert spec.enabled_methods() == ["grpo_engine", "ppo_verifier", "dpo"]
@@ -360,7 +360,7 @@ def test_step_2_overrides_are_one_point_of_the_three_methods() -> None:
 
 
 def test_step_3_says_in_one_line_why_it_was_skipped() -> None:
-    from bench.gpu_check_plan import step3_skip_reason
+    from bench.systems.gpu_check_plan import step3_skip_reason
 
     asked: list[bool] = []
 
@@ -378,7 +378,7 @@ def test_step_3_says_in_one_line_why_it_was_skipped() -> None:
 
 
 def test_plan_cli_step3_prints_the_skip_line_and_exits_3(capsys: pytest.CaptureFixture) -> None:
-    from bench.gpu_check_plan import main as plan_main
+    from bench.systems.gpu_check_plan import main as plan_main
 
     assert plan_main(["step3"]) == 3  # this machine has no GPU
     assert capsys.readouterr().out.strip().startswith("step 3 skipped: 0 GPUs visible")
@@ -387,7 +387,7 @@ def test_plan_cli_step3_prints_the_skip_line_and_exits_3(capsys: pytest.CaptureF
 
 
 def test_telemetry_check_without_cuda_prints_no_number() -> None:
-    from bench.gpu_check_telemetry import cuda_device, run_checks
+    from bench.systems.gpu_check_telemetry import cuda_device, run_checks
 
     assert cuda_device("cpu") is None and cuda_device(None) is None  # this machine: no CUDA
     ok, lines = run_checks(None)

@@ -20,7 +20,7 @@ from baselines.grpo_engine import grpo_token_loss
 def tiny_trainer_parts(tmp_path_factory):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from bench.models import build_tiny_tokenizer
+    from bench.model.loading import build_tiny_tokenizer
 
     root = tmp_path_factory.mktemp("grpo_eq")
     tokenizer = build_tiny_tokenizer([f"What is {a} + {b}? {a + b}" for a in range(20) for b in range(20)], 128)

@@ -71,7 +71,7 @@ class Suite:
 
 def _is_worker(process: psutil.Process) -> bool:
     try:
-        return "bench.worker" in " ".join(process.cmdline())
+        return "bench.execution.worker" in " ".join(process.cmdline())
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
 
@@ -205,7 +205,7 @@ def test_a_worker_that_ignores_sigterm_is_killed_with_its_children() -> None:
     KILL_AFTER_S after the SIGTERM, children included."""
     import io
 
-    from bench.runner import KILL_AFTER_S, Stopper
+    from bench.execution.runner import KILL_AFTER_S, Stopper
 
     stubborn = subprocess.Popen([sys.executable, "-c", "import signal, subprocess, sys, time; "
                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -231,15 +231,15 @@ def test_a_full_disk_during_the_run_is_one_line_with_the_resume_command(tmp_path
     command; nothing is deleted (result files are written atomically, so finished ones stay whole)."""
     import errno as _errno
 
-    import bench.preflight
-    import bench.runner
+    import bench.execution.preflight
+    import bench.execution.runner
     from bench.cli import main
 
     def full(*args, **kwargs):
         raise OSError(_errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(bench.runner, "run_suite", full)
-    monkeypatch.setattr(bench.preflight, "preflight", lambda spec, suite_dir: None)
+    monkeypatch.setattr(bench.execution.runner, "run_suite", full)
+    monkeypatch.setattr(bench.execution.preflight, "preflight", lambda spec, suite_dir: None)
     out = tmp_path / "suite"
     code = main(["run", "--preset", "cpu-quick", "--out", str(out), "train.steps=2"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench.errors import UserError
-from bench.lengths import LengthBudget, check_loss, pair_budget, sft_budget, token_lengths
-from bench.models import build_tiny_tokenizer
+from bench.task.lengths import LengthBudget, check_loss, pair_budget, sft_budget, token_lengths
+from bench.model.loading import build_tiny_tokenizer
 
 CORPUS = [
     "Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. "
@@ -158,10 +158,10 @@ def test_old_max_length_cut_the_dpo_answer_and_the_derived_one_keeps_it(tokenize
 def test_reward_model_stage_keeps_every_long_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """End to end on CPU (a few seconds): RewardTrainer sees every pair although each is over 256 tokens."""
     import baselines.reward_model as reward_model
-    from bench.context import RunContext
-    from bench.data import tokenizer_corpus
-    from bench.models import load_tokenizer, tiny_model_dir
-    from bench.spec import load_spec
+    from bench.execution.context import RunContext
+    from bench.task.data import tokenizer_corpus
+    from bench.model.loading import load_tokenizer, tiny_model_dir
+    from bench.config.loading import load_spec
     from bench.telemetry import Telemetry
 
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))

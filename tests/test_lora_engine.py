@@ -103,8 +103,8 @@ def test_grpo_engine_with_lora_reference_is_the_base_exactly(tmp_path, model_dir
     """Gradient checkpointing on, so the adapters inside checkpointed blocks must still get gradients."""
     from transformers import AutoModelForCausalLM
 
-    from bench.evaluation import generate_greedy
-    from bench.generation import eos_token_ids, sampling_settings
+    from bench.scoring.evaluation import generate_greedy
+    from bench.model.generation import eos_token_ids, sampling_settings
 
     ctx = _lora_context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config(missing_eos_penalty=1.0),
                         target_modules="q_proj,v_proj")
@@ -142,7 +142,7 @@ def test_grpo_engine_with_lora_reference_is_the_base_exactly(tmp_path, model_dir
 
 def test_lora_specs_for_the_engine() -> None:
     from bench.errors import SpecError
-    from bench.spec import load_spec
+    from bench.config.loading import load_spec
 
     spec = load_spec("cpu-quick", ["train.lora.enabled=true"])  # every method, the engine's included
     assert {"grpo_engine", "ppo", "ppo_verifier"} <= set(spec.enabled_methods())
@@ -171,8 +171,8 @@ def test_bf16_lora_reference_equals_the_untrained_actor(tmp_path, model_dirs):  
 def test_dry_run_says_the_lora_reference_shares_the_actors_weights() -> None:
     """The dry run's networks line: without LoRA a frozen copy in the spec's dtype; with LoRA (every method, the
     engine's included) the actor's base with adapters disabled, no weights of its own."""
-    from bench.plan import describe_method
-    from bench.spec import load_spec
+    from bench.execution.plan import describe_method
+    from bench.config.loading import load_spec
 
     full = load_spec("cpu-quick", ["model.dtype=bfloat16"])
     assert "reference bfloat16 (frozen)" in describe_method(full, "grpo_engine")[0]

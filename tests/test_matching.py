@@ -9,10 +9,10 @@ import pytest
 from baselines import grpo, ppo
 from baselines.common import matched_training_args
 from baselines.grpo import grpo_config
-from bench.context import RunContext
-from bench.data import matched_rows, prompts_for_steps
-from bench.plan import make_plan
-from bench.spec import load_spec
+from bench.execution.context import RunContext
+from bench.task.data import matched_rows, prompts_for_steps
+from bench.execution.plan import make_plan
+from bench.config.loading import load_spec
 
 
 def make_ctx(spec, method: str, tmp_path: Path, device: str = "cpu", seed: int = 0) -> RunContext:

@@ -1,4 +1,4 @@
-"""The memory model (bench.memory_model): every term against hand arithmetic on a small shape; weights, gradients
+"""The memory model (bench.systems.memory_model): every term against hand arithmetic on a small shape; weights, gradients
 and optimizer state exactly against the static accounting of real modules (scaled Qwen and Llama, fp32 and
 bf16-with-fp32-master, LoRA); the search answers (largest micro-batch, GPU counts); no torch import."""
 
@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from bench.architectures import architecture_config, architecture_fields, build_random_model, parameter_count
-from bench.memory_model import (
+from bench.config.architectures import architecture_config, architecture_fields, build_random_model, parameter_count
+from bench.systems.memory_model import (
     GIB,
     Settings,
     Shape,
@@ -19,7 +19,7 @@ from bench.memory_model import (
     predict,
     predict_for_spec,
 )
-from bench.spec import ScaleSpec
+from bench.config.spec import ScaleSpec
 
 # A Qwen2-type shape small enough to count by hand: 2 layers, hidden 8, MLP 16, 2 query heads and 1 KV head of
 # width 4 (q width 8, kv width 4), 32 vocabulary entries, untied LM head, q/k/v biases.
@@ -155,7 +155,7 @@ def test_to_json_has_the_fields_the_cli_and_the_sweep_read():
 
 
 def test_predict_for_spec_reads_the_shape_and_settings_of_a_preset():
-    from bench.spec import load_spec
+    from bench.config.loading import load_spec
 
     spec = load_spec("systems-qwen0.5b")
     p = predict_for_spec(spec, "ppo")
@@ -168,7 +168,7 @@ def test_predict_for_spec_reads_the_shape_and_settings_of_a_preset():
 
 
 def test_a_registered_method_the_model_does_not_name_is_modelled_from_its_recipe():
-    from bench.spec import load_spec
+    from bench.config.loading import load_spec
 
     spec = load_spec("systems-qwen0.5b")
     if "control" not in spec.methods:
@@ -179,8 +179,8 @@ def test_a_registered_method_the_model_does_not_name_is_modelled_from_its_recipe
 
 
 def test_a_hub_preset_is_predicted_from_the_shipped_shape_of_its_model():
-    from bench.memory_model import shipped_architecture_for
-    from bench.spec import load_spec
+    from bench.systems.memory_model import shipped_architecture_for
+    from bench.config.loading import load_spec
 
     assert shipped_architecture_for("Qwen/Qwen2.5-7B-Instruct") == "qwen2.5-7b"
     assert shipped_architecture_for("meta-llama/Llama-3.1-70B") == "llama-3.1-70b"
@@ -191,7 +191,7 @@ def test_a_hub_preset_is_predicted_from_the_shipped_shape_of_its_model():
 
 def test_the_module_imports_no_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-            "import bench.memory_model as m, bench.architectures as a\n"
+            "import bench.systems.memory_model as m, bench.config.architectures as a\n"
             "p = m.predict(a.architecture_fields('qwen2.5-7b'), 'ppo'); print(p.peak_phase)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -212,7 +212,7 @@ def _measured_ppo_accounting(name: str, scale: ScaleSpec, dtype: str, lora_rank:
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     from baselines.rollout_engine import ValueModel
-    from bench.precision import storage_dtype
+    from bench.model.precision import storage_dtype
     from bench.telemetry.accounting import account_networks
 
     config = architecture_config(name, scale)
@@ -247,7 +247,7 @@ def _measured_ppo_accounting(name: str, scale: ScaleSpec, dtype: str, lora_rank:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_static_terms_equal_the_accounting_of_real_modules(family, dtype):
     name, scale = SCALED[family]
-    from bench.architectures import scaled_fields
+    from bench.config.architectures import scaled_fields
 
     measured = _measured_ppo_accounting(name, scale, dtype)
     predicted = predict(scaled_fields(name, scale), "ppo", Settings(dtype=dtype)).networks
@@ -261,7 +261,7 @@ def test_static_terms_equal_the_accounting_of_real_modules(family, dtype):
 
 def test_lora_terms_equal_the_accounting_of_a_peft_model():
     pytest.importorskip("peft")
-    from bench.architectures import scaled_fields
+    from bench.config.architectures import scaled_fields
 
     name, scale = SCALED["qwen"]
     measured = _measured_ppo_accounting(name, scale, "bfloat16", lora_rank=4)
@@ -280,8 +280,8 @@ def test_lora_frozen_weight_casts_equal_the_casts_a_peft_forward_saves_on_cpu():
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from bench.architectures import scaled_fields
-    from bench.memory_model import frozen_weight_casts, network_memory
+    from bench.config.architectures import scaled_fields
+    from bench.systems.memory_model import frozen_weight_casts, network_memory
 
     name, scale = SCALED["qwen"]
     shape = Shape.from_fields(scaled_fields(name, scale))
@@ -350,8 +350,8 @@ def _saved_activation_bytes(name: str, scale: ScaleSpec, dtype: str, checkpointi
 def test_activation_formula_is_within_5_percent_of_the_tensors_saved_on_cpu(family, dtype):
     """CPU runs torch's CPU SDPA kernel, not CUDA's; the check is on the per-layer bookkeeping (measured on
     2026-11-30: +2% to +3% over what was saved, both families, fp32 and bf16 autocast)."""
-    from bench.architectures import scaled_fields
-    from bench.memory_model import activation_bytes
+    from bench.config.architectures import scaled_fields
+    from bench.systems.memory_model import activation_bytes
 
     name, scale = SCALED[family]
     shape = Shape.from_fields(scaled_fields(name, scale))
@@ -361,8 +361,8 @@ def test_activation_formula_is_within_5_percent_of_the_tensors_saved_on_cpu(fami
 
 
 def test_with_checkpointing_the_forward_keeps_only_layer_inputs():
-    from bench.architectures import scaled_fields
-    from bench.memory_model import activation_bytes, activation_bytes_per_token_layer
+    from bench.config.architectures import scaled_fields
+    from bench.systems.memory_model import activation_bytes, activation_bytes_per_token_layer
 
     name, scale = SCALED["qwen"]
     shape = Shape.from_fields(scaled_fields(name, scale))
@@ -377,8 +377,8 @@ def test_with_checkpointing_the_forward_keeps_only_layer_inputs():
 def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype):
     import torch
 
-    from bench.architectures import scaled_fields
-    from bench.memory_model import kv_cache_bytes
+    from bench.config.architectures import scaled_fields
+    from bench.systems.memory_model import kv_cache_bytes
 
     name, scale = SCALED["llama"]
     model = build_random_model(architecture_config(name, scale), "float32", seed=0)  # the actor: fp32 storage
@@ -391,7 +391,7 @@ def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype):
 # ------------------------------------------------------------------------------------------------ layouts: ZeRO, LoRA
 
 def test_each_zero_stage_shards_what_it_should_for_trl_grpo():
-    from bench.memory_model import Layout, layout_memory
+    from bench.systems.memory_model import Layout, layout_memory
 
     # DeepSpeed's bf16 mixed precision on SMALL's GRPO networks (see the first test for the element counts):
     # actor 1736 parameters in 27 tensors: bf16 weights 3472, bf16 gradients 3472, fp32 master 6944, AdamW
@@ -430,7 +430,7 @@ def test_the_engine_under_zero2_and_zero3_every_term_by_hand():
     critic with float32 gradients, DeepSpeed's float32 master partition and AdamW's moments sharded, the reference
     and the reward model whole on every GPU, the suite's autocast casts as on one GPU, and under ZeRO-3 generation
     in a gather of the whole float32 actor."""
-    from bench.memory_model import Layout, layout_memory
+    from bench.systems.memory_model import Layout, layout_memory
 
     # Actor 1736 parameters in 27 tensors: fp32 weights 6944, fp32 gradients 6944, master 6944, AdamW 13996;
     # critic 1489 in 28 tensors: 5956, 5956, 5956, 12024; frozen bf16 reward 1488 x 2 = 2976 and reference
@@ -482,7 +482,7 @@ def test_the_engine_under_zero2_and_zero3_every_term_by_hand():
 
 
 def test_zero_phases_of_trl_hold_no_autocast_casts_split_the_rollout_and_step_one_partition():
-    from bench.memory_model import Layout, layout_memory
+    from bench.systems.memory_model import Layout, layout_memory
 
     m = layout_memory(SMALL, "grpo", SMALL_SETTINGS, Layout(2, 2))
     # bf16 modules: nothing to cast. 4 sequences over 2 GPUs: 2 each, 8 tokens x 48 B of KV cache per token.
@@ -504,7 +504,7 @@ def test_zero_phases_of_trl_hold_no_autocast_casts_split_the_rollout_and_step_on
 
 
 def test_plain_dp_on_one_gpu_is_the_one_gpu_prediction_and_zero_costs_its_bytes_there():
-    from bench.memory_model import Layout, layout_memory
+    from bench.systems.memory_model import Layout, layout_memory
 
     p = predict(SMALL, "ppo", SMALL_SETTINGS)
     one = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout())
@@ -551,7 +551,7 @@ def test_lora_trains_adapters_only_and_the_reference_costs_nothing():
 
 
 def test_lora_under_zero_shards_the_adapters_state_and_keeps_no_reference():
-    from bench.memory_model import Layout, layout_memory
+    from bench.systems.memory_model import Layout, layout_memory
 
     lora = replace(SMALL_SETTINGS, lora_rank=2)
     m = layout_memory(SMALL, "grpo", lora, Layout(2, 2))
@@ -562,7 +562,7 @@ def test_lora_under_zero_shards_the_adapters_state_and_keeps_no_reference():
 
 
 def test_more_gpus_never_need_more_memory_per_gpu():
-    from bench.memory_model import LAYOUTS, METHOD_ROLES, Layout, layout_memory
+    from bench.systems.memory_model import LAYOUTS, METHOD_ROLES, Layout, layout_memory
 
     fields = architecture_fields("qwen2.5-7b")
     for settings in (Settings(), Settings(lora_rank=32, gradient_checkpointing=False)):
@@ -574,7 +574,7 @@ def test_more_gpus_never_need_more_memory_per_gpu():
 
 
 def test_each_gpu_count_is_the_fewest_that_fits():
-    from bench.memory_model import LAYOUTS, Layout, layout_memory
+    from bench.systems.memory_model import LAYOUTS, Layout, layout_memory
 
     fields = architecture_fields("qwen2.5-7b")
     s = Settings()
@@ -600,7 +600,7 @@ def test_each_gpu_count_is_the_fewest_that_fits():
 
 
 def test_an_impossible_layout_is_refused():
-    from bench.memory_model import Layout
+    from bench.systems.memory_model import Layout
 
     for kwargs, words in [({"stage": 4}, "stage must be 0, 1, 2 or 3"), ({"gpus": 0}, "must be >= 1"),
                           ({"offload_optimizer": True}, "needs ZeRO stage 1, 2 or 3"),

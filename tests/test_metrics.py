@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import registry
+from bench.config import registry
 from bench.results import METRIC_NAMES, Metric, curve_names, unknown_metrics
 from test_rollout_engine import _context, model_dirs  # noqa: F401 (model_dirs is a pytest fixture)
 

@@ -1,4 +1,4 @@
-"""Training-dynamics monitors (bench.monitors) against hand-made completions and hand-worked values."""
+"""Training-dynamics monitors (bench.telemetry.monitors) against hand-made completions and hand-worked values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench.monitors import (DEFAULT_REFLECTION_PHRASES, MONITOR_NAMES, THRESHOLDS, answer_in_think,
+from bench.telemetry.monitors import (DEFAULT_REFLECTION_PHRASES, MONITOR_NAMES, THRESHOLDS, answer_in_think,
                             completion_monitors, curve_flags, flags, group_monitors, numbers_in, record_monitors,
                             reflection_count, repeated_ngram, run_flags, strict_mode, think_block)
 from bench.results import METRIC_NAMES
@@ -162,7 +162,7 @@ def test_run_flags_join_training_and_final_evaluation() -> None:
 def test_format_only_completions_flag_by_how_far_they_rose() -> None:
     # A weak model is mostly "right format, wrong answer" from the start: 55% then 60% is a rise of 5 pp (no
     # flag); 40% then 62% is 22 pp > 15 pp (flag). Over training the first and last fifth of points are compared.
-    from bench.monitors import RISES, rise_flags, run_flags
+    from bench.telemetry.monitors import RISES, rise_flags, run_flags
 
     assert rise_flags({"format_only_rate": 0.55}, {"format_only_rate": 0.60}) == []
     assert rise_flags({"format_only_rate": 0.40}, {"format_only_rate": 0.62}) == [
@@ -191,7 +191,7 @@ def online_curves(tmp_path_factory: pytest.TempPathFactory, model_dirs: Any) -> 
     """Run name -> the curves one training step of that recipe returned (the tiny models of test_rollout_engine)."""
     import importlib
 
-    from bench import registry
+    from bench.config import registry
     from bench.telemetry import Telemetry
 
     out = {}
@@ -207,7 +207,7 @@ def online_curves(tmp_path_factory: pytest.TempPathFactory, model_dirs: Any) -> 
 
 
 def test_every_online_method_logs_the_canonical_curves(online_curves: dict[str, list[dict]]) -> None:
-    from bench.registry import METHODS
+    from bench.config.registry import METHODS
     from bench.report.dynamics import ONLINE_CURVES, PPO_DYNAMICS
 
     assert set(ONLINE_CURVES) | set(PPO_DYNAMICS) <= set(METRIC_NAMES)  # one table of names

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.context import RunContext
-from bench.spec import Spec
+from bench.execution.context import RunContext
+from bench.config.spec import Spec
 from bench.telemetry import Telemetry, account_networks
 
 ONLINE = ("grpo", "grpo_engine", "ppo_verifier")
@@ -32,7 +32,7 @@ def policy_dir(tmp_path_factory) -> Path:
     reward) differ within a group: every method then gets a non-zero advantage to learn from."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from bench.models import build_tiny_tokenizer
+    from bench.model.loading import build_tiny_tokenizer
 
     root = tmp_path_factory.mktemp("precision")
     tokenizer = build_tiny_tokenizer([r["prompt"] + r["answer"] for r in _rows(300)], 160)
@@ -60,7 +60,7 @@ def _context(spec: Spec, method: str, init_dir: Path, run_dir: Path) -> tuple[Ru
 
 
 def _bf16_spec(steps: int) -> Spec:
-    from bench.spec import load_spec_dict
+    from bench.config.loading import load_spec_dict
 
     spec = Spec()
     spec.model.dtype = "bfloat16"
@@ -74,7 +74,7 @@ def _bf16_spec(steps: int) -> Spec:
 @pytest.mark.parametrize("method", ONLINE)
 def test_bf16_spec_at_lr_1e6_moves_every_trained_weight(method, policy_dir, tmp_path):
     """Pure-bf16 AdamW at lr 1e-6 moved ~2% of weights in 20 steps; fp32 master weights move all of them."""
-    from bench.registry import recipe
+    from bench.config.registry import recipe
 
     spec = _bf16_spec(steps=20)
     ctx, telemetry = _context(spec, method, policy_dir, tmp_path)
@@ -96,9 +96,9 @@ def test_real_architecture_ppo_with_micro_batches_and_exact_accounting(tmp_path,
     the shipped config with random weights; two PPO steps on the engine in micro-batches of 2; the static
     accounting equals parameter count x bytes of the precision policy, exactly."""
     from baselines import ppo
-    from bench.architectures import architecture_config, parameter_count
-    from bench.models import initial_model_source
-    from bench.spec import load_spec_dict
+    from bench.config.architectures import architecture_config, parameter_count
+    from bench.model.loading import initial_model_source
+    from bench.config.loading import load_spec_dict
 
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
     spec = Spec()

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import preflight as pf
+from bench.execution import preflight as pf
 from bench.errors import SpecError, UserError
-from bench.plan import describe_plan, make_plan
-from bench.runner import worker_env
-from bench.spec import load_spec
+from bench.execution.plan import describe_plan, make_plan
+from bench.execution.runner import worker_env
+from bench.config.loading import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(sys.executable).parent / "bench"

@@ -1,4 +1,4 @@
-"""bench.prompts: evaluation prompt styles, with and without a chat template, and the spec field that picks one."""
+"""bench.task.prompts: evaluation prompt styles, with and without a chat template, and the spec field that picks one."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from bench.errors import UserError
-from bench.models import render_prompt
-from bench.prompts import BOXED_INSTRUCTION, STYLES, plain_prompt, render, styled_rows
-from bench.spec import EvalSpec
-from bench.tasks import format_prompt
+from bench.task.prompts import render_prompt
+from bench.task.prompts import BOXED_INSTRUCTION, STYLES, plain_prompt, render, styled_rows
+from bench.config.spec import EvalSpec
+from bench.task.problems import format_prompt
 
 QUESTION = "  Tom has 3 apples. He buys 4 more. How many apples does he have?  "
 

@@ -1,5 +1,5 @@
 """The report's "Memory per rank" section and memory_per_rank.csv (issue 14; bench.report.ranks), from fabricated
-suite folders (tests/report_fixtures.py) with the per-rank fields bench.launch.merge_rank_files writes."""
+suite folders (tests/report_fixtures.py) with the per-rank fields bench.execution.launch.merge_rank_files writes."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _launched(peaks: dict[str, list[int | None]], strategy: str = "ddp", backend
                                           "strategy": strategy, "config_strategy": strategy,  # as launch.py
                                           "prompts_per_rank_per_step": 8 // n}
         result["environment"]["launcher"] = {"name": "accelerate", "processes": n, "backend": backend,
-                                             "config_file": "bench/accelerate/ddp.yaml",
+                                             "config_file": "bench/config/accelerate/ddp.yaml",
                                              "config": config or {"distributed_type": "MULTI_GPU"}}
         result["throughput"]["processes"] = n
     return change

@@ -26,7 +26,7 @@ FORBIDDEN = ("torch", "transformers", "trl", "peft", "datasets")
 
 
 def _score(correct: int, total: int) -> dict[str, Any]:
-    from bench.stats import wilson_interval
+    from bench.scoring.stats import wilson_interval
 
     low, high = wilson_interval(correct, total)
     return {"correct": correct, "total": total, "accuracy": correct / total, "low": low, "high": high}
@@ -378,7 +378,7 @@ def test_cli_builds_report(built: Path) -> None:
 def test_report_imports_no_ml_frameworks(built: Path) -> None:
     """A report must rebuild on a laptop: building one loads none of the training stack."""
     code = (
-        "import sys; from pathlib import Path; import bench.stats, bench.report; "
+        "import sys; from pathlib import Path; import bench.scoring.stats, bench.report; "
         f"bench.report.build_report(Path({str(built)!r})); "
         f"bad = [m for m in {FORBIDDEN!r} if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
@@ -389,7 +389,7 @@ def test_report_imports_no_ml_frameworks(built: Path) -> None:
 
 def test_report_sources_have_no_ml_imports() -> None:
     """Static check too: a lazy import inside a function would slip past the runtime check."""
-    files = list((REPO / "bench" / "report").glob("*.py")) + [REPO / "bench" / "stats.py"]
+    files = list((REPO / "bench" / "report").glob("*.py")) + [REPO / "bench" / "scoring" / "stats.py"]
     assert len(files) >= 5
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -723,7 +723,7 @@ def test_completions_file_is_read_without_its_text_and_csv_has_every_mode(stats_
     grpo = next(r for r in suite.runs if r.run_id == "grpo-s0")
     assert grpo.verdicts is not None and len(grpo.verdicts) == N_Q
     assert "completion" not in grpo.verdicts[0] and "prompt" not in grpo.verdicts[0]  # dropped on reading
-    assert suite.headline_mode == "suite-strict"  # no report_settings.json: bench.verifier's HEADLINE_MODE
+    assert suite.headline_mode == "suite-strict"  # no report_settings.json: bench.task.verifier's HEADLINE_MODE
     rows = {r["run_id"]: r for r in _csv(stats_suite)}
     g = rows["grpo-s0"]
     # GRPO s0 is right on 0..13: suite-strict 14/20; flexible adds question 18 (15/20); lmeval-strict drops 0 (13/20).

@@ -1,10 +1,10 @@
-"""bench.rewards: reward maths by hand, TRL's reward-function signature, degenerate-output monitors."""
+"""bench.task.rewards: reward maths by hand, TRL's reward-function signature, degenerate-output monitors."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.rewards import (completion_text, degenerate_stats, has_repetition, is_empty_answer,
+from bench.task.rewards import (completion_text, degenerate_stats, has_repetition, is_empty_answer,
                            make_reward_functions, score_completion)
 
 GOOD = "<think>12+7=19</think> <answer>19</answer>"

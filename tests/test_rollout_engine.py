@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from baselines import grpo_engine, ppo
-from bench.context import RunContext
-from bench.spec import Spec
+from bench.execution.context import RunContext
+from bench.config.spec import Spec
 
 STEPS, PROMPTS, G, NEW_TOKENS = 3, 2, 4, 8
 
@@ -258,7 +258,7 @@ def test_grpo_engine_single_update_reuses_logp_and_beta_zero_drops_reference(tmp
 
 def test_engine_settings_are_validated_by_the_spec():
     from bench.errors import SpecError
-    from bench.spec import load_spec
+    from bench.config.loading import load_spec
 
     with pytest.raises(SpecError, match="minibatches"):
         load_spec("cpu-quick", ["methods.ppo_verifier.minibatches=3"])

@@ -61,10 +61,10 @@ def test_failures_are_recorded_and_reported(tmp_path: Path) -> None:
 
 def test_resume_refuses_a_changed_spec_and_skips_finished_runs(tmp_path: Path) -> None:
     from bench.errors import UserError
-    from bench.plan import make_plan
+    from bench.execution.plan import make_plan
     from bench.results import empty_result, is_complete, write_json_atomic
-    from bench.runner import prepare_suite_dir
-    from bench.spec import load_spec
+    from bench.execution.runner import prepare_suite_dir
+    from bench.config.loading import load_spec
 
     spec = load_spec("cpu-quick")
     suite = tmp_path / "s"
@@ -150,7 +150,7 @@ def test_a_result_from_other_inputs_is_not_complete(tmp_path: Path) -> None:
 
 
 class FakeWorkers:
-    """Stands in for bench.runner.launch_worker: writes the result a worker would, at once, and counts launches.
+    """Stands in for bench.execution.runner.launch_worker: writes the result a worker would, at once, and counts launches.
 
     ``fail`` maps run ids to the message of a RuntimeError the run "raises".
     """
@@ -161,7 +161,8 @@ class FakeWorkers:
 
     def __call__(self, run_dir: Path, progress: Any, env: Any = None, stopper: Any = None) -> int:
         from bench.results import write_json_atomic
-        from bench.worker import MESSAGE_LIMIT, RUN_FILE, failure_record
+        from bench.execution.worker import RUN_FILE, failure_record
+        from bench.results import MESSAGE_LIMIT
 
         job = json.loads((run_dir / RUN_FILE).read_text())
         self.launched.append(job["run_id"])
@@ -179,8 +180,8 @@ def fake_suite(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[Any, str,
     """run(suite_dir, resume=False, fail=None) -> (SuiteOutcome, console text, FakeWorkers): run_suite on cpu-quick
     with stand-in workers and a stand-in report (the report has its own tests)."""
     import bench.report
-    import bench.runner
-    from bench.spec import load_spec
+    import bench.execution.runner
+    from bench.config.loading import load_spec
 
     def fake_report(suite_dir: Path) -> Path:
         (Path(suite_dir) / "index.html").write_text("report")
@@ -191,9 +192,9 @@ def fake_suite(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[Any, str,
 
     def run(suite_dir: Path, resume: bool = False, fail: dict[str, str] | None = None):
         workers = FakeWorkers(fail)
-        monkeypatch.setattr(bench.runner, "launch_worker", workers)
+        monkeypatch.setattr(bench.execution.runner, "launch_worker", workers)
         stream = io.StringIO()
-        outcome = bench.runner.run_suite(spec, suite_dir, resume=resume, stream=stream)
+        outcome = bench.execution.runner.run_suite(spec, suite_dir, resume=resume, stream=stream)
         return outcome, stream.getvalue(), workers
 
     return run
@@ -244,7 +245,8 @@ def test_a_stage_rerun_makes_its_consumers_rerun(tmp_path: Path, fake_suite: Cal
 
 
 def test_a_worker_failure_message_is_one_capped_line() -> None:
-    from bench.worker import MESSAGE_LIMIT, Interrupted, failure_record
+    from bench.execution.worker import Interrupted, failure_record
+    from bench.results import MESSAGE_LIMIT
 
     record = failure_record(RuntimeError("CUDA out of memory.\n  Tried to allocate 2 GiB\n" + "y" * 3000), None)
     # An out-of-memory error is classed as such, whatever its class (here the CUDA runtime's RuntimeError).
@@ -279,9 +281,9 @@ def _resume_refusal(suite: Path, tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 def test_a_live_lock_refuses_a_second_run_with_one_line(tmp_path: Path) -> None:
-    from bench.plan import make_plan
-    from bench.runner import prepare_suite_dir
-    from bench.spec import load_spec
+    from bench.execution.plan import make_plan
+    from bench.execution.runner import prepare_suite_dir
+    from bench.config.loading import load_spec
 
     spec = load_spec("cpu-quick")
     suite = tmp_path / "s"
@@ -321,7 +323,7 @@ def test_a_stale_lock_is_taken_over_with_a_note(tmp_path: Path, fake_suite: Call
 
 def test_a_lock_is_exclusive_within_one_process_too(tmp_path: Path) -> None:
     from bench.errors import UserError
-    from bench.runner import SuiteLock
+    from bench.execution.runner import SuiteLock
 
     first, second = SuiteLock(tmp_path), SuiteLock(tmp_path)
     first.acquire(io.StringIO())
@@ -346,23 +348,23 @@ SELF_KILL = ("import os, signal, sys\n"
 def _run_dying_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str,
                       requested: bool = False) -> dict[str, Any]:
     """execute_run for one method run whose worker (the real launch_worker, running ``script``) dies; its result."""
-    import bench.runner
-    from bench.plan import PlannedRun
-    from bench.spec import load_spec
+    import bench.execution.runner
+    from bench.execution.plan import PlannedRun
+    from bench.config.loading import load_spec
 
-    real = bench.runner.launch_worker
+    real = bench.execution.runner.launch_worker
 
     def launch(run_dir: Path, progress: Any, env: Any = None, stopper: Any = None) -> int:
         return real(run_dir, progress, env, stopper, command=[sys.executable, "-c", script])
 
-    monkeypatch.setattr(bench.runner, "launch_worker", launch)
-    stopper = bench.runner.Stopper(io.StringIO())
+    monkeypatch.setattr(bench.execution.runner, "launch_worker", launch)
+    stopper = bench.execution.runner.Stopper(io.StringIO())
     if requested:
         stopper.requested.set()
         stopper.signal_name = "SIGINT"
     run = PlannedRun("grpo_engine-s0", "grpo_engine", "method", 0, "GRPO (suite engine)", "suite")
-    progress = bench.runner.Progress(io.StringIO(), __import__("threading").Lock(), False, 1, 1, run)
-    bench.runner.execute_run(load_spec("cpu-quick"), tmp_path, run, False, None, dict(os.environ), progress,
+    progress = bench.execution.runner.Progress(io.StringIO(), __import__("threading").Lock(), False, 1, 1, run)
+    bench.execution.runner.execute_run(load_spec("cpu-quick"), tmp_path, run, False, None, dict(os.environ), progress,
                              stopper)
     return json.loads((tmp_path / "runs" / "grpo_engine-s0" / "result.json").read_text())
 
@@ -370,7 +372,7 @@ def _run_dying_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: s
 def test_a_worker_killed_by_sigkill_from_outside_is_out_of_host_memory_in_its_last_phase(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bench.results import result_problems
-    from bench.runner import run_verdict
+    from bench.execution.runner import run_verdict
 
     result = _run_dying_worker(tmp_path, monkeypatch, SELF_KILL)
     error = result["error"]
@@ -396,7 +398,7 @@ def test_other_deaths_are_not_called_out_of_memory(tmp_path: Path, monkeypatch: 
 
 def test_a_phase_line_is_printed_when_a_different_phase_opens(capsys: pytest.CaptureFixture) -> None:
     from bench.telemetry import Telemetry
-    from bench.worker import PHASE_PREFIX, announce_phases
+    from bench.execution.worker import PHASE_PREFIX, announce_phases
 
     telemetry = Telemetry("cpu", interval_s=0.01)
     announce_phases(telemetry)

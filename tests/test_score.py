@@ -1,4 +1,4 @@
-"""bench.score: scoring a JSON Lines file of completions, verdicts, and one-line errors for bad input."""
+"""bench.execution.score: scoring a JSON Lines file of completions, verdicts, and one-line errors for bad input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.errors import UserError
-from bench.score import add_score_arguments, main, run_score, score_file
+from bench.execution.score import add_score_arguments, main, run_score, score_file
 
 ROWS = [
     {"out": "<think>9*2=18</think> <answer>18</answer>", "gold": "18"},  # right
@@ -109,7 +109,7 @@ def test_main_end_to_end_and_user_error_exit_code(tmp_path: Path, capsys: pytest
         main([str(path), "--completion-field", "out", "--gold-field", "gold", "--mode", "loose"])
 
 
-# --- every completion on disk (bench.evaluation, bench.worker.assemble_evaluation) ------------------------
+# --- every completion on disk (bench.scoring.evaluation, bench.execution.worker.assemble_evaluation) ------------------------
 
 GOLD_ANSWER = "She has 2+3=<<2+3=5>>5 apples.\n#### 5"
 ROW = {"question": "Ann has 2 apples and buys 3. How many?", "prompt": "Q: ...", "answer": "5", "solution": GOLD_ANSWER}
@@ -118,8 +118,8 @@ ROW = {"question": "Ann has 2 apples and buys 3. How many?", "prompt": "Q: ...",
 def test_completion_record_holds_text_and_every_mode() -> None:
     import hashlib
 
-    from bench.evaluation import completion_record
-    from bench.verifier import MODES
+    from bench.scoring.evaluation import completion_record
+    from bench.task.verifier import MODES
 
     record = completion_record(3, ROW, "2+3=5\n#### 5.0", 9, False)
     assert record["index"] == 3 and record["tokens"] == 9 and record["hit_max"] is False
@@ -181,7 +181,7 @@ class _Model:
 
 
 def test_evaluate_keeps_every_completion_with_length_and_hit_max() -> None:
-    from bench.evaluation import evaluate
+    from bench.scoring.evaluation import evaluate
 
     text = [ord(c) for c in "#### 5"]
     rows = [{**ROW, "prompt": p, "question": f"question {p}"} for p in ("a", "b", "c")]
@@ -199,7 +199,7 @@ def test_evaluate_keeps_every_completion_with_length_and_hit_max() -> None:
 
 
 def test_budget_ending_exactly_on_eos_is_not_hit_max() -> None:
-    from bench.evaluation import evaluate
+    from bench.scoring.evaluation import evaluate
 
     reply = [ord(c) for c in "#### 5"] + [1]  # 7 tokens, the 7th EOS
     result = evaluate(_Model({"a": reply}), _Tokenizer(), [{**ROW, "prompt": "a"}], max_new_tokens=7, batch_size=1)
@@ -207,9 +207,9 @@ def test_budget_ending_exactly_on_eos_is_not_hit_max() -> None:
 
 
 def test_assemble_evaluation_writes_completions_and_rates(tmp_path: Path) -> None:
-    from bench.evaluation import completion_record, summarize_records
+    from bench.scoring.evaluation import completion_record, summarize_records
     from bench.results import empty_result, write_json_atomic
-    from bench.worker import EVAL_FILE, assemble_evaluation
+    from bench.execution.worker import EVAL_FILE, assemble_evaluation
 
     warm = tmp_path / "warm_start-s0"
     warm.mkdir()
@@ -249,9 +249,9 @@ def _ok_result(run_id: str, method: str, kind: str) -> dict:
 def _suite(tmp_path: Path) -> Path:
     """A fabricated suite: a warm start and a method read it, each with completions.jsonl whose stored verdicts
     are stale (all False) and whose stored accuracy is a placeholder; a sample pool that is not evaluated."""
-    from bench.evaluation import completion_record, summarize_records
+    from bench.scoring.evaluation import completion_record, summarize_records
     from bench.results import write_json_atomic
-    from bench.runner import inputs_hash
+    from bench.execution.runner import inputs_hash
 
     suite = tmp_path / "suite"
     runs = suite / "runs"
@@ -278,7 +278,7 @@ def _suite(tmp_path: Path) -> Path:
 
 def test_score_a_suite_folder_rescores_rewrites_and_rebuilds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from bench.results import incomplete_reason
-    from bench.runner import inputs_hash
+    from bench.execution.runner import inputs_hash
 
     suite = _suite(tmp_path)
     assert main([str(suite), "--mode", "lmeval-strict"]) == 0

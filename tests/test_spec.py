@@ -8,8 +8,8 @@ import pytest
 from bench_cli import run_bench
 
 from bench.errors import SpecError
-from bench.registry import METHODS
-from bench.spec import load_spec, preset_names
+from bench.config.registry import METHODS
+from bench.config.loading import load_spec, preset_names
 
 
 PRESETS_WITH_CONTROL = {"cpu-tiny", "gsm8k-qwen0.5b", "gsm8k-qwen0.5b-lora"}
@@ -148,7 +148,7 @@ def test_generation_backend_keys_are_off_in_every_shipped_preset_and_survive_the
     """vLLM is never required: no shipped preset asks for it. A spec that does keeps its keys through to_dict /
     load_spec_dict (how the worker gets its spec), typed."""
     import baselines.grpo as grpo
-    from bench.spec import load_spec_dict
+    from bench.config.loading import load_spec_dict
 
     for name in preset_names():
         assert load_spec(name).methods["grpo"].generation_backend == "transformers", name

@@ -1,10 +1,10 @@
-"""bench.stats against values worked out by hand (shown in the comments)."""
+"""bench.scoring.stats against values worked out by hand (shown in the comments)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import stats
+from bench.scoring import stats
 
 
 # --- Wilson interval -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Sweeps (bench.sweep): the sweep block's validation, expansion into points and runs, out-of-memory recording with
+"""Sweeps (bench.config.sweep): the sweep block's validation, expansion into points and runs, out-of-memory recording with
 its phase, the exit status, the scaling tables and figures (bench.report.scaling), and one tiny systems-cpu-shaped
 sweep end to end with an out-of-memory injected at one point."""
 
@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 import yaml
 from bench.errors import SpecError
-from bench.plan import PlannedRun, make_plan
+from bench.execution.plan import PlannedRun, make_plan
 from bench.report.load import load_suite
 from bench.report.scaling import error_by_source, scaling_figures, scaling_tables
 from bench.results import empty_result, write_json_atomic
-from bench.spec import load_spec
-from bench.sweep import expand, point_spec
+from bench.config.loading import load_spec
+from bench.config.sweep import expand
+from bench.config.rules import point_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +58,7 @@ def test_a_point_is_a_plain_spec_with_the_sweep_steps_and_fixed_length_kept() ->
 
 
 def test_stage_inputs_are_found_by_run_id() -> None:
-    from bench.runner import run_inputs
+    from bench.execution.runner import run_inputs
 
     run = PlannedRun("ppo-s0@x", "ppo", "method", 0, "PPO", "suite",
                      ("warm_start@m", "sample_pool@m-len8", "reward_model@m-len8"), "x", ())
@@ -106,7 +107,7 @@ def test_the_cli_says_one_line_and_exits_2() -> None:
 # --- out of memory: recorded with its phase; expected at a sweep point -----------------------------------------
 def test_an_out_of_memory_is_recorded_with_the_phase_it_happened_in() -> None:
     from bench.telemetry import Telemetry
-    from bench.worker import failure_phase, failure_record, is_out_of_memory
+    from bench.execution.worker import failure_phase, failure_record, is_out_of_memory
 
     live: dict[str, Any] = {}
     telemetry = Telemetry("cpu", interval_s=0.01)
@@ -134,7 +135,7 @@ def _write_result(suite: Path, run_id: str, method: str, status: str = "ok", swe
 
 
 def test_an_oom_at_a_sweep_point_keeps_exit_status_0_and_elsewhere_it_is_a_failure(tmp_path: Path) -> None:
-    from bench.runner import run_verdict, summarize
+    from bench.execution.runner import run_verdict, summarize
 
     oom = {"type": "OutOfMemory", "message": "out of memory", "memory_at_failure": None, "phase": "update"}
     _write_result(tmp_path, "a", "grpo_engine", sweep={"point": "p"})
@@ -249,7 +250,7 @@ TINY_SWEEP = {
 
 
 def test_a_tiny_sweep_records_the_oom_with_its_phase_goes_on_and_draws_the_rest(tmp_path: Path) -> None:
-    from bench.runner import run_suite
+    from bench.execution.runner import run_suite
 
     preset = tmp_path / "tiny.yaml"
     preset.write_text(yaml.safe_dump(TINY_SWEEP))
@@ -283,8 +284,8 @@ def test_resume_keeps_a_sweep_point_recorded_as_out_of_memory(tmp_path: Path, mo
     """An OOM at a sweep point is a finding: --resume does not run it again (an ordinary failure it does re-run),
     unless a stage it read was re-run since."""
     import bench.report
-    import bench.runner
-    from bench.worker import RUN_FILE
+    import bench.execution.runner
+    from bench.execution.worker import RUN_FILE
 
     launched: list[str] = []
     oom_at = {"ppo_verifier-s0@G4"}
@@ -302,16 +303,16 @@ def test_resume_keeps_a_sweep_point_recorded_as_out_of_memory(tmp_path: Path, mo
         write_json_atomic(run_dir / "result.json", result)
         return 0 if result["status"] == "ok" else 1
 
-    monkeypatch.setattr(bench.runner, "launch_worker", worker)
+    monkeypatch.setattr(bench.execution.runner, "launch_worker", worker)
     monkeypatch.setattr(bench.report, "build_report", lambda d: Path(d) / "index.html")
     preset = tmp_path / "tiny.yaml"
     preset.write_text(yaml.safe_dump({**TINY_SWEEP, "sweep": {**TINY_SWEEP["sweep"], "inject_oom": {}}}))
     spec, suite = load_spec(preset), tmp_path / "suite"
-    assert bench.runner.run_suite(spec, suite, stream=io.StringIO()).exit_code == 0
+    assert bench.execution.runner.run_suite(spec, suite, stream=io.StringIO()).exit_code == 0
     assert "ppo_verifier-s0@G4" in launched
     launched.clear()
     console = io.StringIO()
-    outcome = bench.runner.run_suite(spec, suite, resume=True, stream=console)
+    outcome = bench.execution.runner.run_suite(spec, suite, resume=True, stream=console)
     assert launched == [] and outcome.exit_code == 0, console.getvalue()
     assert "ppo_verifier-s0@G4: out of memory at this sweep point, kept (--resume does not re-run it" in \
         console.getvalue()
@@ -320,5 +321,5 @@ def test_resume_keeps_a_sweep_point_recorded_as_out_of_memory(tmp_path: Path, mo
     oom_at.clear()
     stage = next(p for p in (suite / "runs").iterdir() if p.name.startswith("warm_start"))
     (stage / "result.json").unlink()
-    bench.runner.run_suite(spec, suite, resume=True, stream=io.StringIO())
+    bench.execution.runner.run_suite(spec, suite, resume=True, stream=io.StringIO())
     assert stage.name in launched and "ppo_verifier-s0@G4" in launched

@@ -1,4 +1,4 @@
-"""bench.tasks: the synthetic generator, GSM8K loading from files the tests write, prompt/target formats."""
+"""bench.task.problems: the synthetic generator, GSM8K loading from files the tests write, prompt/target formats."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from bench.errors import UserError
-from bench.data import load_task, matched_data, matched_rows
-from bench.spec import Spec, load_spec, load_spec_dict
-from bench.tasks import (MAX_BAD_GOLD_SHARE, PROMPT_TEMPLATE, TEST_SHARE_PERCENT, format_prompt, format_target,
+from bench.task.data import load_task, matched_data, matched_rows
+from bench.config.spec import Spec
+from bench.config.loading import load_spec, load_spec_dict
+from bench.task.problems import (MAX_BAD_GOLD_SHARE, PROMPT_TEMPLATE, TEST_SHARE_PERCENT, format_prompt, format_target,
                          generate_synthetic, gold_number, is_held_out, load_gsm8k, question_overlap, read_gsm8k,
                          synthetic_splits, to_rows, working, working_overlap)
-from bench.verifier import extract_answer, has_format, is_correct
+from bench.task.verifier import extract_answer, has_format, is_correct
 
 GSM8K_ROWS = [
     {"question": "Janet has 16 eggs. She eats 3. How many are left?",

@@ -310,8 +310,8 @@ def test_tiny_grpo_logs_every_monitor_under_canonical_names(tiny_dir: Path, tmp_
     from trl import GRPOConfig, GRPOTrainer
 
     from baselines.common import curves_from_log_history
-    from bench.monitors import MONITOR_NAMES
-    from bench.rewards import make_reward_functions
+    from bench.telemetry.monitors import MONITOR_NAMES
+    from bench.task.rewards import make_reward_functions
     from bench.telemetry.trl_hooks import MONITOR_PREFIX, monitor_curve_names, monitor_problems, with_monitors
 
     funcs, weights = make_reward_functions(1.0, 0.5, 4, 0.01, lambda text: len(text.split()))

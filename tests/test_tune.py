@@ -1,4 +1,4 @@
-"""Tuning on a validation split, never on test (bench.tune): the split carved from the training side (disjoint,
+"""Tuning on a validation split, never on test (bench.execution.tune): the split carved from the training side (disjoint,
 deterministic, the test split never loaded), the grids expanded into per-method sweep points, the pick by mean
 validation accuracy on hand-made result files, the tuned preset loading back, and one tiny tune end to end. The
 issue's own test (a planted score, the loader audited in every worker) is tests/test_tune_planted.py."""
@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 import yaml
-from bench import data as data_module
+from bench.task import data as data_module
 from bench.cli import main
-from bench.data import load_task
+from bench.task.data import load_task
 from bench.errors import SpecError
-from bench.plan import make_plan
+from bench.execution.plan import make_plan
 from bench.results import empty_result, write_json_atomic
-from bench.spec import load_spec
-from bench.sweep import run_id
-from bench.tasks import question_overlap, working
-from bench.tune import (Grid, collect_scores, finish_tune, grids_for, pick, read_grid_file, tune_spec)
-from bench.verifier import HEADLINE_MODE
+from bench.config.loading import load_spec
+from bench.execution.plan import run_id
+from bench.task.problems import question_overlap, working
+from bench.execution.tune import Grid, collect_scores, finish_tune, grids_for, pick, read_grid_file, tune_spec
+from bench.task.verifier import HEADLINE_MODE
 
 from tests.bench_cli import run_bench
 
@@ -125,7 +125,7 @@ def test_a_tune_is_a_per_method_sweep_on_validation_sharing_its_stages() -> None
     assert by_id["grpo_engine-s0@base"].values == (("methods.grpo_engine.learning_rate", 1.0e-4),)
     assert by_id["ppo-s0@base-ppo"].values == (("methods.ppo.learning_rate", 1.0e-4), ("reward_model.epochs", 2))
     assert {r.name for r in methods if r.point == "ipo"} == {"dpo"}  # a method runs at its own points only
-    from bench.sweep import point_spec
+    from bench.config.rules import point_spec
 
     point = point_spec(spec, dict(by_id["dpo-s0@ipo"].values))
     assert point.methods["dpo"].loss_type == "ipo" and point.train.steps == base.train.steps

@@ -9,7 +9,7 @@ question, 1e-4 about one in ten.
 
 Workers are subprocesses, so the loader is audited from outside: a ``sitecustomize`` module on PYTHONPATH (imported
 by every Python process at start-up, the runner and each worker alike) registers the stub and wraps
-``bench.tasks._problem_stream``, the one source of every synthetic split, to append each stream's seed
+``bench.task.problems._problem_stream``, the one source of every synthetic split, to append each stream's seed
 ("1234/test", "1234/validation", ...) with the process id to an audit file. The tune must leave no test stream in
 it; the tuned preset's real run (which evaluates on test) must, which shows the audit sees what workers load.
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bench import registry
-from bench.spec import load_spec
-from bench.verifier import HEADLINE_MODE
+from bench.config import registry
+from bench.config.loading import load_spec
+from bench.task.verifier import HEADLINE_MODE
 
 REPO = Path(__file__).resolve().parents[1]
 AUDIT_ENV = "BENCH_TEST_SPLIT_AUDIT"
@@ -44,7 +44,7 @@ from types import SimpleNamespace
 
 import torch
 
-from bench.context import MethodConfig, TrainOutcome
+from bench.execution.context import MethodConfig, TrainOutcome
 
 LABEL = "Stub (planted score)"
 ENGINE = "suite"
@@ -102,8 +102,8 @@ class StubPolicy(torch.nn.Module):
 
 
 def train(ctx):
-    from bench.data import load_task, tokenizer_corpus
-    from bench.models import initial_model_source, load_tokenizer
+    from bench.task.data import load_task, tokenizer_corpus
+    from bench.model.loading import initial_model_source, load_tokenizer
 
     tokenizer = load_tokenizer(initial_model_source(ctx.spec, tokenizer_corpus(ctx.spec)))
     data = load_task(ctx.spec)  # the evaluated split, as the worker loaded it: the stub's answer key
@@ -126,7 +126,8 @@ SITECUSTOMIZE = f'''"""Test hook of tests/test_tune_planted.py: the stub method,
 import os
 
 if os.environ.get("{AUDIT_ENV}"):
-    from bench import registry, tasks
+    from bench.config import registry
+    from bench.task import problems as tasks
 
     registry.METHODS["stub"] = registry.Entry("stub_recipe")
     _real_stream = tasks._problem_stream

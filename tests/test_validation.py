@@ -20,11 +20,13 @@ import pytest
 from bench_cli import run_bench
 from spec_errors import spec_error
 
-from bench import preflight as pf
+from bench.execution import preflight as pf
 from bench.errors import UserError
-from bench.registry import METHODS, recipe
+from bench.config.registry import METHODS, recipe
 from bench.results import empty_result, write_json_atomic
-from bench.spec import SPEC_RULES, Spec, load_spec
+from bench.config.spec import Spec
+from bench.config.rules import SPEC_RULES
+from bench.config.loading import load_spec
 
 # ----------------------------------------------------------------------------------------------
 # Helpers
@@ -186,7 +188,7 @@ def test_odd_head_width_of_the_tiny_model_is_refused() -> None:
 
 
 def test_shipped_presets_pass_every_rule() -> None:
-    from bench.spec import preset_names
+    from bench.config.loading import preset_names
 
     for name in preset_names():
         load_spec(name)
@@ -280,7 +282,7 @@ def test_a_data_problem_through_the_cli_is_exit_2_and_no_folder(tmp_path: Path) 
 def test_a_few_bad_rows_are_dropped_and_said(tmp_path: Path) -> None:
     data = _data_folder(tmp_path, _lines(GOOD[:99] + [{"question": "q", "answer": "no number"}]))
     spec = load_spec("cpu-quick", _gsm8k_overrides(data, _model_folder(tmp_path)))
-    from bench.data import task_problems
+    from bench.task.data import task_problems
 
     notes = pf.check_task_data(spec)
     assert notes == [f"{data / 'train.jsonl'}: dropped 1 of 100 rows without a usable gold answer (first: "

@@ -1,10 +1,10 @@
-"""bench.verifier: number normalisation, answer extraction (the suite's modes and lm-eval's), correctness and format."""
+"""bench.task.verifier: number normalisation, answer extraction (the suite's modes and lm-eval's), correctness and format."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.verifier import (HEADLINE_MODE, MODE_DESCRIPTIONS, MODES, extract_answer, has_format, is_correct, judge,
+from bench.task.verifier import (HEADLINE_MODE, MODE_DESCRIPTIONS, MODES, extract_answer, has_format, is_correct, judge,
                             lmeval_normalize, normalize_number, resolve_mode)
 
 # --- normalize_number ---------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_is_correct_reads_a_worked_gold_answer() -> None:
 
 
 # --- lm-evaluation-harness modes ------------------------------------------------------------------------
-# Expected verdicts worked by hand from lm-eval's gsm8k.yaml filters and exact_match (see bench.verifier):
+# Expected verdicts worked by hand from lm-eval's gsm8k.yaml filters and exact_match (see bench.task.verifier):
 # strict takes the FIRST "#### N" with N in [-0-9.,]; flexible the LAST match of "(-?[$0-9.,]{2,})|(-?[0-9]+)";
 # both then drop ",", "$", everything up to the last "#### " and one final "." before comparing strings.
 GOLD_5 = "She has 2+3=<<2+3=5>>5 apples.\n#### 5"

@@ -17,11 +17,11 @@ from spec_errors import spec_error
 from report_fixtures import write_suite
 
 import baselines.grpo as grpo
-from bench import preflight
-from bench.context import RunContext
+from bench.execution import preflight
+from bench.execution.context import RunContext
 from bench.errors import UserError
 from bench.report import build_report, load_suite, ranks, tables
-from bench.spec import load_spec
+from bench.config.loading import load_spec
 
 GIB = 1024**3
 VLLM = ["device=auto", "methods.grpo.generation_backend=vllm"]

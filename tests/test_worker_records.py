@@ -25,9 +25,9 @@ class _IdentityTokenizer:
 @pytest.mark.parametrize("kind, name", [("method", "grpo_engine"), ("stage", "warm_start")])
 def test_every_run_records_the_overlap_checks_before_training(tmp_path: Path, monkeypatch, kind, name) -> None:
     import bench.telemetry
-    import bench.worker as worker
+    import bench.execution.worker as worker
     from bench.results import empty_result
-    from bench.spec import load_spec
+    from bench.config.loading import load_spec
 
     monkeypatch.setattr(bench.telemetry, "capture_environment", lambda repo: {})
     monkeypatch.setattr(worker, "load_run_tokenizer", lambda spec, inputs: _IdentityTokenizer())
@@ -42,9 +42,9 @@ def test_every_run_records_the_overlap_checks_before_training(tmp_path: Path, mo
 
 
 def test_the_evaluation_records_its_monitors(tmp_path: Path) -> None:
-    from bench.evaluation import completion_record, summarize_records
+    from bench.scoring.evaluation import completion_record, summarize_records
     from bench.results import empty_result
-    from bench.worker import assemble_evaluation
+    from bench.execution.worker import assemble_evaluation
 
     row = {"question": "What is 2 + 3?", "prompt": "What is 2 + 3?", "answer": "5"}
     texts = ["<think>2 + 3 = 5</think> <answer>5</answer>", "no answer here", "<think>2+3</think> <answer>4</answer>",

@@ -13,6 +13,10 @@ more suite folders side by side; scripts/check_report.sh opens a page in headles
 Every file is written atomically (a temporary file renamed over the old one), so an interrupted or failed
 rebuild — a full disk, a kill — leaves the previous report whole, never a 0-byte results.csv. Free text
 (failure reasons, log tails, completions) is capped where it is shown (``fmt.cap_text``).
+
+May import: ``bench.telemetry`` (the monitors' flag rules), ``bench.scoring`` (statistics), ``bench.task`` (the
+verifier's mode names), ``bench.config`` and the contracts, and of those only modules that import no torch at
+import time. Inside the package ``records`` (Run, FigureInfo) sits below ``fmt``, ``fmt`` below ``load``.
 """
 
 from __future__ import annotations

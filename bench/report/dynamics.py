@@ -1,15 +1,15 @@
 """What training did: training-dynamics and reward-hacking tables, monitor flags, and reward over-optimisation.
 
 Reads ``result["curves"]`` (one dict per logged step, canonical names from bench.results.METRIC_NAMES) and
-``result["monitors"]["eval"]`` (the final evaluation's monitors, bench.monitors.record_monitors). Imports no
-torch: bench.monitors is pure Python.
+``result["monitors"]["eval"]`` (the final evaluation's monitors, bench.telemetry.monitors.record_monitors). Imports no
+torch: bench.telemetry.monitors is pure Python.
 
 - :func:`dynamics_table`: per method, the mean of the last fifth of its logged points (reward, KL, entropy,
   completion length, zero-variance groups, clip fraction, gradient norm; PPO's value loss and explained
-  variance), averaged over ok seeds. The last fifth is the window bench.monitors.curve_flags judges a run by,
+  variance), averaged over ok seeds. The last fifth is the window bench.telemetry.monitors.curve_flags judges a run by,
   so the table and the flags read the same numbers.
 - :func:`monitors_table`: the final evaluation's reward-hacking and "aha" monitors per method.
-- :func:`flag_lines`: bench.monitors.run_flags per ok run, prefixed with the run's name (shown as warnings).
+- :func:`flag_lines`: bench.telemetry.monitors.run_flags per ok run, prefixed with the run's name (shown as warnings).
 - :func:`overoptimisation_table`: for a method trained against the learned reward model, its reward-model
   score and the verifier's accuracy reward in the first and the last fifth of training: a proxy that rises
   while the true reward falls is reward over-optimisation.
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
-from bench import monitors
+from bench.telemetry import monitors
 from bench.report import fmt
 from bench.report.load import Run, Suite
 from bench.results import METRIC_NAMES
@@ -88,7 +88,7 @@ def _points(run: Run) -> list[Mapping[str, Any]]:
 
 def window_mean(points: Sequence[Mapping[str, Any]], name: str, first: bool = False) -> float | None:
     """Mean of ``name`` over the last (or ``first``) fifth of the logged points (at least one point), over the
-    points in the window that carry it; None when none does. The window of bench.monitors.curve_flags."""
+    points in the window that carry it; None when none does. The window of bench.telemetry.monitors.curve_flags."""
     if not points:
         return None
     size = max(1, len(points) // 5)
@@ -137,7 +137,7 @@ def dynamics_table(suite: Suite) -> fmt.Table:
     notes = ["Each value: the mean over the last fifth of the run's logged steps (the window the monitor flags "
              "use), then the mean over the method's ok seeds. A dash: the method does not log that metric "
              "(DPO trains offline; the critic columns are PPO's).",
-             "Metric meanings and units: bench.results.METRIC_NAMES; thresholds: bench.monitors.THRESHOLDS."]
+             "Metric meanings and units: bench.results.METRIC_NAMES; thresholds: bench.telemetry.monitors.THRESHOLDS."]
     if flag_lines(suite):
         notes.append("Monitor flags (a threshold crossed) are shown as warnings under Results per method.")
     notes += monitor_problems(suite) + missing_curves(suite)
@@ -178,7 +178,7 @@ def monitors_table(suite: Suite) -> fmt.Table:
             for label, runs in groups.items()]
     limits = ", ".join(f"{n} {c} {value_text(n, v)}" for n, (c, v, _) in monitors.THRESHOLDS.items()
                        if n in names)
-    notes = ["On the final (greedy) evaluation's completions, every question (bench.monitors.record_monitors); "
+    notes = ["On the final (greedy) evaluation's completions, every question (bench.telemetry.monitors.record_monitors); "
              "each rate is a share of all completions. Right format, wrong answer: the format reward earned "
              "without the accuracy reward. Answer in think block: the strict answer also written inside "
              "<think>. Reflection: phrases such as 'wait', 'let me check', 'verify' (the 'aha' monitor)."]
@@ -200,7 +200,7 @@ def monitor_problems(suite: Suite) -> list[str]:
 
 
 def flag_lines(suite: Suite) -> list[str]:
-    """bench.monitors.run_flags of every ok method run, each line prefixed with the run's name."""
+    """bench.telemetry.monitors.run_flags of every ok method run, each line prefixed with the run's name."""
     names = fmt.display_names(suite.methods)
     start = next((r for r in suite.stages if r.status == "ok" and r.result.get("method") == START_STAGE), None)
     start_monitors = eval_monitors(start) if start is not None else None  # rises are read against the start

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,8 @@ from matplotlib.ticker import MaxNLocator
 
 from bench.report import dynamics, fmt, tables
 from bench.report import phases as phase_times
-from bench.report.load import Run, Suite
+from bench.report.load import Suite
+from bench.report.records import FigureInfo, Run
 from bench.results import METRIC_NAMES, PHASES
 
 NETWORKS = ("actor", "critic", "reward", "reference")
@@ -85,14 +85,6 @@ def _axis_label(metric: str) -> str:
     unit = METRIC_NAMES[metric].unit.split(" (")[0] if metric in METRIC_NAMES else ""  # the unit, not its gloss
     name = CURVE_LABELS.get(metric, metric)
     return f"{name} ({unit})" if unit and unit not in name else name
-
-
-@dataclass
-class FigureInfo:
-    """A written figure: the file name under figures/ and the caption shown under it."""
-
-    name: str
-    caption: str
 
 
 def _new(width: float, height: float, ncols: int = 1, nrows: int = 1) -> tuple[Figure, Any]:
@@ -504,7 +496,7 @@ def aha_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
                                    ("completion_length", 1.0, "completion length (tokens)")], suite)
     axes[0][0].set_title("The 'aha' monitor: reflection phrases and completion length during training")
     name = _save(fig, out_dir, "aha.png")
-    return FigureInfo(name, "Reflection-phrase rate ('wait', 'let me check', 'verify', ...; bench.monitors) and "
+    return FigureInfo(name, "Reflection-phrase rate ('wait', 'let me check', 'verify', ...; bench.telemetry.monitors) and "
                             "mean completion length per logged step, one line per run (seeds of a method share its "
                             "colour); the lr-0 control dashed. A "
                             "rise in both together is the 'aha moment' the seed texts describe.")
@@ -651,7 +643,7 @@ def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
         overoptimisation_kl_figure(suite, out_dir),  # the classic figure first; the per-step one says when
         overoptimisation_figure(suite, out_dir),
     ]
-    from bench.report.scaling import scaling_figures  # scaling imports this module (FigureInfo)
+    from bench.report.scaling import scaling_figures
 
     figures += scaling_figures(suite, out_dir)  # sweep runs only: memory vs size, time vs G and length
     return [f for f in figures if f is not None]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bench import stats
+from bench.scoring import stats
 from bench.report import dynamics, fmt, seeds, tables
 from bench.report.load import Run, Suite
 
@@ -268,14 +268,14 @@ def _reward_model_findings(suite: Suite) -> list[Finding]:
 
 
 def _monitor_findings(suite: Suite) -> list[Finding]:
-    """One line when some run's training monitors crossed a declared threshold (bench.monitors.run_flags)."""
+    """One line when some run's training monitors crossed a declared threshold (bench.telemetry.monitors.run_flags)."""
     lines = dynamics.flag_lines(suite)
     if not lines:
         return []
     runs = list(dict.fromkeys(line.split(": ", 1)[0] for line in lines))
     return [Finding(f"Training monitors flagged {len(runs)} run(s): " + "; ".join(lines[:MAX_FLAG_FINDINGS])
                     + (f"; and {len(lines) - MAX_FLAG_FINDINGS} more" if len(lines) > MAX_FLAG_FINDINGS else ""),
-                    "bench.monitors thresholds; every flag under Results per method")]
+                    "bench.telemetry.monitors thresholds; every flag under Results per method")]
 
 
 def _failure_findings(suite: Suite) -> list[Finding]:

@@ -12,13 +12,14 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bench import results, verifier
-from bench.stats import wilson_interval
+from bench import results
 
-if TYPE_CHECKING:  # load.py imports this module to build its DataFrame; the type is all fmt needs from it
-    from bench.report.load import Run
+from bench.task import verifier
+from bench.scoring.stats import wilson_interval
+
+from bench.report.records import Run
 
 MISSING = "—"
 NOT_MEASURED = "not measured"
@@ -68,7 +69,7 @@ def num(value: Any) -> float | None:
 
 # --- scoring modes -----------------------------------------------------------------------------------------
 CONTRACT_MODES: tuple[str, ...] = ("suite-strict", "suite-flexible", "lmeval-strict", "lmeval-flexible")
-"""The scoring modes every evaluation records (bench.verifier.MODES), in the order the report lists them."""
+"""The scoring modes every evaluation records (bench.task.verifier.MODES), in the order the report lists them."""
 MODES: tuple[str, ...] = (tuple(verifier.MODES) if set(CONTRACT_MODES) <= set(verifier.MODES)
                           else CONTRACT_MODES)
 HEADLINE_MODE: str = getattr(verifier, "HEADLINE_MODE", "suite-strict")

@@ -12,7 +12,7 @@ The question and completion texts are dropped on reading (the paired tests need 
 a suite of many runs x thousands of questions small in memory.
 
 The headline scoring mode of a folder is ``report_settings.json``'s ``headline_mode`` when that file exists,
-else ``bench.verifier.HEADLINE_MODE``.
+else ``bench.task.verifier.HEADLINE_MODE``.
 
 :func:`results_frame` flattens every method run into one row of raw numbers (fractions, bytes, seconds; a
 value that was not measured is NA, never 0). results.csv is that frame written out, and the across-seeds
@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from bench.report import fmt
+from bench.report.records import Run
 from bench.results import RESULT_FILE, SCHEMA_VERSION, empty_result, result_problems
 
 SUITE_FILE = "suite.json"
@@ -49,32 +50,6 @@ _SEED_RE = re.compile(r"^(?P<method>.+?)-s(?P<seed>\d+)$")
 
 
 @dataclass
-class Run:
-    """One planned run as the report sees it."""
-
-    run_id: str
-    result: dict[str, Any]
-    """The result dict, completed with every top-level key of ``empty_result`` (so lookups never fail)."""
-    note: str | None = None
-    """Why there is no real result: "not run yet" or "result.json unreadable"; None when one was read."""
-    verdicts: list[dict[str, Any]] | None = None
-    """Per-question lines of the after-training evaluation (completions.jsonl or eval_after.jsonl) without
-    their text, sorted by index; None when the file is absent. Read a verdict with :func:`fmt.verdict`."""
-
-    @property
-    def kind(self) -> str:
-        return str(self.result.get("kind") or "method")
-
-    @property
-    def status(self) -> str:
-        return str(self.result.get("status") or "not_run")
-
-    @property
-    def label(self) -> str:
-        return str(self.result.get("label") or self.result.get("method") or self.run_id)
-
-
-@dataclass
 class Suite:
     """Everything the report needs, read once."""
 
@@ -87,7 +62,7 @@ class Suite:
     problems: list[str] = field(default_factory=list)
     """Things the reader should know (unreadable suite.json, skipped verdict lines); shown on the page."""
     headline_mode: str = fmt.HEADLINE_MODE
-    """The scoring mode of the headline numbers (report_settings.json, else bench.verifier.HEADLINE_MODE)."""
+    """The scoring mode of the headline numbers (report_settings.json, else bench.task.verifier.HEADLINE_MODE)."""
 
     @property
     def methods(self) -> list[Run]:

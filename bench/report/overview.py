@@ -127,7 +127,7 @@ def headline_table(suite: Suite) -> MarkedTable:
 def tuning_note(suite: Suite) -> str:
     """Which methods run at values tuned on the validation split (``spec.tuning``, written by `bench tune`) and
     which at untuned defaults, so a reader knows whether each contestant was given its best chance."""
-    from bench.tune import UNTUNABLE
+    from bench.config.registry import UNTUNABLE
 
     tuned: dict[str, str] = {}
     untuned: list[str] = []
@@ -142,7 +142,7 @@ def tuning_note(suite: Suite) -> str:
         if isinstance(entry, dict) and entry.get("chosen") is not None:
             score = entry.get("score") or {}
             mean_text = fmt.pct(fmt.num(score.get("mean"))) if fmt.num(score.get("mean")) is not None else fmt.MISSING
-            # bench.tune records "points" as a count and every point's score under "scores".
+            # bench.execution.tune records "points" as a count and every point's score under "scores".
             points = entry.get("points")
             n_points = points if isinstance(points, int) else len(points or entry.get("scores") or [])
             tuned[label] = (f"{label}: tuned on validation ({n_points} grid points, "

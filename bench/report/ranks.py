@@ -6,7 +6,7 @@ Two tables, both built from result files alone (no torch):
   --launcher accelerate --num-processes N``): per method run and memory source, each rank's own peak, their max
   (memory per device: what decides whether the run fits) and their sum (over every device), beside the layout
   (launcher, strategy, process count, backend). Read from ``memory.ranks`` / ``memory.peak_bytes_max`` /
-  ``memory.peak_bytes_sum`` (bench.launch.merge_rank_files) and ``settings.parallel`` (bench.launch
+  ``memory.peak_bytes_sum`` (bench.execution.launch.merge_rank_files) and ``settings.parallel`` (bench.execution.launch
   .parallel_settings); a one-process run of the same suite is rank 0 alone. Every number carries its
   source (cuda-allocated, nvml-process, cpu-rss, ...). A reading of 0 bytes, or a GPU reading of a run whose
   headline source is cpu-rss (a CPU run), is "not measured", never a 0.
@@ -109,7 +109,7 @@ def layout(run: Run) -> dict[str, Any]:
     n = processes(run)
     strategy = ran = parallel.get("strategy")
     if isinstance(strategy, str) and strategy.startswith("deepspeed"):
-        # bench.launch.config_strategy names it deepspeed-zero<k>[-offload]; the config says what is offloaded.
+        # bench.config.launcher.config_strategy names it deepspeed-zero<k>[-offload]; the config says what is offloaded.
         ds = ((launcher_env.get("config") or {}).get("deepspeed_config") or {})
         stage = ds.get("zero_stage")
         if stage is None and strategy.startswith("deepspeed-zero"):

@@ -1,4 +1,4 @@
-"""Scaling tables and figures for a sweep (bench.sweep): memory vs model size, time vs G and completion length,
+"""Scaling tables and figures for a sweep (bench.config.sweep): memory vs model size, time vs G and completion length,
 and the memory model's prediction beside every measurement.
 
 Reads only result files (``result["sweep"]``, ``result["prediction"]``, ``result["prediction_extrapolated"]``,
@@ -27,7 +27,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bench.report import fmt
-from bench.report.figures import FigureInfo
+from bench.report.records import FigureInfo
 from bench.report.load import Run, Suite
 
 GIB = 1024**3
@@ -225,7 +225,7 @@ def _points_table(points: list[Point]) -> fmt.Table:
                      _bytes(p.predicted(source)), _pct_text(_pct(p.predicted(source), p.measured(source))),
                      str(pred.get("peak_phase") or fmt.MISSING), fmt.float_text(p.throughput("step_s_median"), 3),
                      fmt.float_text(p.throughput("tokens_per_s"), 1)])
-    notes = [f"memory: {source} (see 'memory model error' for every source); predicted: bench.memory_model; "
+    notes = [f"memory: {source} (see 'memory model error' for every source); predicted: bench.systems.memory_model; "
              "error = (predicted - measured) / measured",
              "s/step: median over the measured steps (the warm-up step left out); tokens/s: generated tokens per "
              "training second"]
@@ -318,7 +318,7 @@ def _extrapolation_table(points: list[Point]) -> fmt.Table:
                          {True: "yes", False: "no"}.get(pred.get("fits"), fmt.MISSING)])
     return fmt.Table(["architecture (full size)", "method", "parameters", "static (predicted)",
                       "peak (predicted)", "peak phase", "fits one GPU"], rows,
-                     ["predicted, not measured: bench.memory_model at the sweep's first point's settings with the "
+                     ["predicted, not measured: bench.systems.memory_model at the sweep's first point's settings with the "
                       "full-size architecture; 'fits' against the memory model's GPU size"])
 
 

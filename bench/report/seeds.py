@@ -22,7 +22,7 @@ import pandas as pd
 
 import itertools
 
-from bench import stats
+from bench.scoring import stats
 from bench.report import fmt
 from bench.report.load import Suite, results_frame
 

@@ -27,7 +27,7 @@ GENERATION_FIELDS = (
     ("min_new_tokens", "min new tokens"),
     ("max_new_tokens", "max new tokens"),
 )
-"""The decoding fields a reader compares (the rest are pinned to "off" by bench.generation)."""
+"""The decoding fields a reader compares (the rest are pinned to "off" by bench.model.generation)."""
 
 
 def _generation(settings: Any) -> dict[str, Any] | None:
@@ -86,7 +86,7 @@ def generation_table(suite: Suite) -> fmt.Table:
     grouped = {label for labels in groups.values() for label in labels}
     ok = fmt.first_per_label(suite.methods, lambda r: r.status == "ok")
     without = [r.label for r in ok if r.label not in grouped]
-    notes = ["Only the fields a reader compares; every other decoding option is pinned off (bench.generation)."]
+    notes = ["Only the fields a reader compares; every other decoding option is pinned off (bench.model.generation)."]
     if without and groups:
         notes.append(f"{', '.join(without)}: no sampling settings recorded (offline training on pool pairs, "
                      f"or a recipe that does not record them).")
@@ -104,7 +104,7 @@ def _evaluation_settings(suite: Suite) -> list[dict[str, Any]]:
 LENGTH_HEADER = ["stage / method", "max_length (tokens)", "examples", "truncated", "dropped",
                  "longest (tokens)", "cap: model context (tokens)"]
 LENGTH_NOTE = ("max_length is the longest prompt + completion + EOS a TRL trainer keeps, derived from the data "
-               "(bench.lengths). Truncated: the completion's end was cut (TRL keeps the start, so a final answer "
+               "(bench.task.lengths). Truncated: the completion's end was cut (TRL keeps the start, so a final answer "
                "can be lost); dropped: removed from training entirely. Longest: the longest sequence in the data "
                "before any cut. Cap: the model's context when it bounded max_length (— = not capped).")
 

@@ -17,7 +17,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from bench import stats
+from bench.scoring import stats
 from bench.report import anchors, dynamics, fmt, networks, ranks, seeds, settings, throughput
 from bench.report.load import Run, Suite, results_frame
 
@@ -39,7 +39,7 @@ def write_csv(suite: Suite, path: Path) -> Path:
 
 def run_warnings(suite: Suite) -> list[str]:
     """Warning lines under the per-run results: lost weight updates, a chance-level reward model (beside PPO
-    (reward model)'s row) and the training monitors' flags (bench.monitors.run_flags per run)."""
+    (reward model)'s row) and the training monitors' flags (bench.telemetry.monitors.run_flags per run)."""
     return weight_change_warnings(suite) + reward_model_warnings(suite) + dynamics.flag_lines(suite)
 
 
@@ -81,7 +81,7 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
     any. Keys whose value is the same for every method that records them are kept (they are what the preset
     declared) but sorted after the keys that really differ, so the eye lands on the differences first; a method
     without the key shows "n/a". The parallel layout of a launched suite (``parallel.processes``,
-    ``parallel.strategy``, ...: bench.launch.parallel_settings) and the generation backend are settings like
+    ``parallel.strategy``, ...: bench.execution.launch.parallel_settings) and the generation backend are settings like
     any other, so a method that ran as one process, or generated with vLLM, is listed among the differences.
     ``precision`` and ``generation`` have tables of their own and are left out; any other nested setting is
     opened up into dotted keys (``optim.betas``), so no cell is a JSON blob.

@@ -77,7 +77,7 @@ class Telemetry:
         self.counters: dict[str, int] = {"completions": 0, "generated_tokens": 0}
         """Counts filled by instrumentation (e.g. the generate wrapper)."""
         self.prompt_ids: list[int] = []
-        """Under a launcher (bench.launch): positions, in the matched prompt order, of the prompts this rank trained
+        """Under a launcher (bench.execution.launch): positions, in the matched prompt order, of the prompts this rank trained
         on (filled by the engine's sampler and TRL GRPO's reward wrapper; written to the rank's file)."""
         self.source = primary_source(self.device)
         self._t_start: float | None = None

@@ -26,7 +26,7 @@ Interfaces, preferred in this order (each seam names its own, see :data:`INTERFA
   ``trl.trainer.utils.use_adapter``), which is what the post-run "never called" check guards.
 
 Beside the timing seams, :func:`with_monitors` (end of this module) carries the training-dynamics monitors of
-``bench.monitors`` out of TRL's GRPO through the ``log_metric`` callable TRL passes to reward functions.
+``bench.telemetry.monitors`` out of TRL's GRPO through the ``log_metric`` callable TRL passes to reward functions.
 
 No private TRL attribute is patched (the ``_calculate_rewards`` patch is gone: the suite's reward functions
 time themselves; TRL's own bookkeeping around them falls in the enclosing 'update' phase).
@@ -57,7 +57,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from bench.generation import completion_length
+from bench.model.generation import completion_length
 from bench.telemetry.tracker import OTHER, Telemetry
 
 _MARK = "_bench_telemetry_wrapped"
@@ -155,7 +155,7 @@ def _eos_and_pad(model: Any, kwargs: dict[str, Any]) -> tuple[list[int], int | N
 def count_generated_tokens(sequences: Any, prompt_length: int, eos_ids: list[int], pad_id: int | None) -> tuple[int, int]:
     """Completions and generated tokens in a decoder-only ``generate`` output.
 
-    Rule: the suite's one EOS-length rule, :func:`bench.generation.completion_length` (the same as TRL's
+    Rule: the suite's one EOS-length rule, :func:`bench.model.generation.completion_length` (the same as TRL's
     completion mask and ``rl_math.truncate_after_eos``): the new tokens of a row are those after the
     prompt, up to and including the first EOS; what ``generate`` writes after it (pad tokens of finished
     rows in a batch) is not generated work. A row without EOS counts every new position. Only when no EOS
@@ -592,7 +592,7 @@ def seam_record(telemetry: Telemetry) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------------------------ training-dynamics monitors
-# Not a timing seam: the text monitors of bench.monitors, computed on the completions TRL's GRPO generates each
+# Not a timing seam: the text monitors of bench.telemetry.monitors, computed on the completions TRL's GRPO generates each
 # step. Interface (SUITE_FUNCTIONS plus a documented TRL reward kwarg): the suite's own reward function is
 # wrapped before the trainer is built, and the wrapper hands each monitor to the ``log_metric`` callable that
 # trl 1.16 passes to every synchronous reward function (``GRPOTrainer._calculate_rewards``: "Allow reward
@@ -613,7 +613,7 @@ logged twice."""
 
 
 def _trl_monitor_names() -> tuple[str, ...]:
-    from bench.monitors import MONITOR_NAMES
+    from bench.telemetry.monitors import MONITOR_NAMES
 
     return tuple(name for name in MONITOR_NAMES if name not in TRL_LOGS_ITSELF)
 
@@ -637,7 +637,7 @@ class MonitorState:
 
 def with_monitors(reward_func: Callable[..., Any], *, gold_key: str = "answer",
                   phrases: tuple[str, ...] | None = None) -> Callable[..., Any]:
-    """``reward_func`` unchanged in what it returns, plus the bench.monitors of each batch sent to ``log_metric``.
+    """``reward_func`` unchanged in what it returns, plus the bench.telemetry.monitors of each batch sent to ``log_metric``.
 
     Wrap ONE of the suite's reward functions (the accuracy one: it needs the gold column too) before building the
     ``GRPOTrainer``. Per call: ``completion_monitors(completions, kwargs[gold_key], lengths=[len(ids) for ids
@@ -648,7 +648,7 @@ def with_monitors(reward_func: Callable[..., Any], *, gold_key: str = "answer",
     (TRL runs those on its event-loop thread; wrap a synchronous one). Idempotent. The state is
     ``wrapper.bench_monitors`` (:class:`MonitorState`).
     """
-    from bench.monitors import DEFAULT_REFLECTION_PHRASES, completion_monitors
+    from bench.telemetry.monitors import DEFAULT_REFLECTION_PHRASES, completion_monitors
 
     if isinstance(getattr(reward_func, "bench_monitors", None), MonitorState):
         return reward_func

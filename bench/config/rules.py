@@ -1,0 +1,351 @@
+"""What a spec may hold: the value rules of every size, count, rate and choice (:data:`SPEC_RULES`), the
+cross-field checks (:func:`validate`), and a sweep's checks (its axes, each point validated whole:
+:func:`validate_sweep`, :func:`point_spec`).
+
+Runs when the spec is loaded, so ``bench run --dry-run`` and every ``bench run`` refuse a bad value before any
+work starts; each failure is one line naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bench.config.spec import ModelSpec, Spec, _build, _convert, _did_you_mean
+from bench.config.sweep import INJECTABLE_PHASES, MAX_POINTS, _label, _leaf_type, _method_leaf_type, expand, point_data
+from bench.errors import SpecError
+
+
+# ----------------------------------------------------------------------------------------------
+# Value rules: the allowed range of every size, count, rate and choice, in one table
+#
+# Choices (Literal fields) are checked while the spec is built (`_convert`); this table holds the numbers.
+# A new numeric field gets its rule here in one line (tests/test_validation.py fails until it has one);
+# recipes check their own Config with the same `check_rules` (each recipe's `validate`).
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An allowed range: ``ok(value)`` says whether a value is in it, ``allowed`` says it in words.
+
+    ``allowed`` completes "'key' ...", e.g. "must be >= 1", so every message has the same shape:
+    "'eval.batch_size' must be >= 1, got 0". A null value passes: for the optional fields null means
+    "inherit" (the type check has already refused null where it is not allowed).
+    """
+
+    ok: Callable[[Any], bool]
+    allowed: str
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def at_least(low: float, note: str = "") -> Rule:
+    """value >= low (and finite); ``note`` explains a special value, e.g. " (0 = off)"."""
+    return Rule(lambda v: _finite(v) and v >= low, f"must be >= {low}{note}")
+
+
+def above(low: float, note: str = "") -> Rule:
+    """value > low (and finite)."""
+    return Rule(lambda v: _finite(v) and v > low, f"must be > {low}{note}")
+
+
+def within(low: float, high: float, *, open_low: bool = False, open_high: bool = False, note: str = "") -> Rule:
+    """value in the interval [low, high], with either end open when asked ("(0, 1]")."""
+    def ok(v: Any) -> bool:
+        return (_finite(v) and (v > low if open_low else v >= low) and (v < high if open_high else v <= high))
+
+    text = f"{'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+    return Rule(ok, f"must be in {text}{note}")
+
+
+ANY_INTEGER = Rule(lambda v: isinstance(v, int) and not isinstance(v, bool), "must be an integer")
+"""For seeds: every integer is a valid seed of ``random.Random``."""
+COUNT = at_least(1)
+"""Sizes and counts: steps, batch sizes, prompts, layers."""
+RATE = at_least(0)
+"""Learning rates, coefficients, weights and penalties: 0 switches a term off, a negative one is a sign error."""
+SHARE = within(0, 1)
+MAX_SEED = 2**32 - 1
+"""numpy's seed range (set_seed seeds numpy with the run's seed)."""
+TINY_MIN_VOCAB = 258
+"""The tiny tokenizer's byte-level alphabet (256) plus <pad> and <eos>: its vocabulary cannot be smaller."""
+
+SPEC_RULES: dict[str, Rule] = {
+    "seeds": Rule(lambda v: bool(v) and all(isinstance(s, int) and 0 <= s <= MAX_SEED for s in v),
+                  f"must list at least one seed, each in [0, {MAX_SEED}]"),
+    "gpus": Rule(lambda v: all(isinstance(g, int) and g >= 0 for g in v),
+                 "must list GPU indices >= 0 (as nvidia-smi numbers them), e.g. gpus=[0]"),
+    "threads": at_least(0, " (0 = torch's default)"),
+    "parallel_runs": COUNT,
+    "model.tiny.hidden_size": COUNT,
+    "model.tiny.num_layers": COUNT,
+    "model.tiny.num_heads": COUNT,
+    "model.tiny.intermediate_size": COUNT,
+    "model.tiny.vocab_size": at_least(TINY_MIN_VOCAB, " (256 byte tokens + <pad> + <eos>)"),
+    "model.scale.num_layers": at_least(1, " (or null: every layer)"),
+    "model.scale.width_divisor": COUNT,
+    "model.scale.vocab_size": at_least(1, " (or null: the real vocabulary)"),
+    "task.train_size": COUNT,
+    "task.test_size": COUNT,
+    "task.validation_size": at_least(0, " (0 = no validation split)"),
+    "task.synthetic.max_operand": COUNT,
+    "task.synthetic.max_steps": COUNT,
+    "task.synthetic.seed": ANY_INTEGER,
+    "generation.max_new_tokens": COUNT,
+    "generation.temperature": above(0),
+    "generation.top_p": within(0, 1, open_low=True),
+    "generation.top_k": at_least(0, " (0 = off)"),
+    "generation.repetition_penalty": above(0, " (1.0 = off)"),
+    "generation.min_new_tokens": at_least(0),
+    "warm_start.steps": COUNT,
+    "warm_start.batch_size": COUNT,
+    "warm_start.learning_rate": RATE,
+    "train.steps": COUNT,
+    "train.prompts_per_step": COUNT,
+    "train.group_size": COUNT,
+    "train.learning_rate": RATE,
+    "train.warmup_steps": at_least(0),
+    "train.max_grad_norm": above(0, " (it is the clipping norm; 0 would zero every gradient)"),
+    "train.weight_decay": RATE,
+    "train.kl_beta": RATE,
+    "train.micro_batch_size": at_least(0, " (0 = the whole minibatch)"),
+    "train.log_every": COUNT,
+    "train.lora.r": COUNT,
+    "train.lora.alpha": COUNT,
+    "train.lora.dropout": within(0, 1, open_high=True),
+    "train.lora.target_modules": Rule(lambda v: v == "all-linear" or all(m.strip().replace(".", "_").isidentifier()
+                                                                        for m in v.split(",")),
+                                      "must be 'all-linear' or comma-separated module names, e.g. q_proj,v_proj"),
+    "reward.accuracy_weight": RATE,
+    "reward.format_weight": RATE,
+    "reward.length_threshold": at_least(0),
+    "reward.length_penalty": RATE,
+    "sample_pool.prompts": COUNT,
+    "sample_pool.samples_per_prompt": at_least(2, " to form (correct, incorrect) pairs"),
+    "sample_pool.batch_size": COUNT,
+    "reward_model.epochs": COUNT,
+    "reward_model.batch_size": COUNT,
+    "reward_model.learning_rate": RATE,
+    "reward_model.eval_fraction": within(0, 1, open_low=True, open_high=True),
+    "eval.batch_size": COUNT,
+    "eval.max_new_tokens": COUNT,
+    "eval.samples_in_report": at_least(0),
+    "telemetry.sample_interval_ms": above(0),
+    "telemetry.warmup_steps": at_least(0),
+    "launcher.num_processes": COUNT,
+    "sweep.steps": COUNT,
+    "sweep.warmup_steps": at_least(0),
+}
+"""Dotted key -> allowed range, for every number in the spec outside ``methods`` (recipes check theirs)."""
+
+
+def _lookup(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_rules(obj: Any, rules: dict[str, Rule], prefix: str = "") -> None:
+    """Raise a one-line SpecError for the first value of ``obj`` (a spec or a recipe Config) outside its rule.
+
+    ``prefix`` is how the user spells ``obj``'s keys ("methods.ppo."), so the message names the key as it is
+    written in a preset or an override.
+    """
+    for path, rule in rules.items():
+        value = _lookup(obj, path)
+        if value is not None and not rule.ok(value):
+            raise SpecError(f"'{prefix}{path}' {rule.allowed}, got {_shown(value)}")
+
+
+def validate(spec: Spec) -> None:
+    """Every value in its range (SPEC_RULES, then each enabled recipe's own rules), then the cross-field checks.
+
+    Runs at load time, so `bench run --dry-run` and every `bench run` refuse a bad value before any work starts;
+    each failure is one line naming the key, the value and what is allowed.
+    """
+    def need(cond: bool, message: str) -> None:
+        if not cond:
+            raise SpecError(message)
+
+    check_rules(spec, SPEC_RULES)
+    from bench.config.launcher import validate_launcher
+
+    validate_launcher(spec)  # launcher, process count, config file (one line each)
+    if spec.sweep.axes:  # a sweep runs its points, never the base: each point is checked whole (bench.config.sweep)
+        validate_sweep(spec)
+        return
+    if spec.sweep.inject_oom.point is not None:
+        raise SpecError("'sweep.inject_oom.point' is set but 'sweep.axes' is empty; it names a sweep point (a test hook)")
+    t, g = spec.train, spec.generation
+    need(g.min_new_tokens <= g.max_new_tokens,
+         f"'generation.min_new_tokens' must be in [0, generation.max_new_tokens={g.max_new_tokens}], "
+         f"got {g.min_new_tokens}")
+    need(len(set(spec.seeds)) == len(spec.seeds), f"'seeds' has duplicates: {spec.seeds}; list each seed once")
+    need(spec.eval.split != "validation" or spec.task.validation_size >= 1,
+         "'eval.split' is 'validation' but 'task.validation_size' is 0; set task.validation_size=500 (questions "
+         "carved from the training split) or eval.split=test")
+    need(spec.task.train_size >= t.prompts_per_step,
+         f"'task.train_size' ({spec.task.train_size}) must be at least 'train.prompts_per_step' ({t.prompts_per_step})")
+    need(spec.parallel_runs == 1 or spec.device == "cpu",
+         f"'parallel_runs' > 1 needs device=cpu: runs sharing a GPU would mix their memory readings; "
+         f"set parallel_runs=1")
+    need(len(set(spec.gpus)) == len(spec.gpus),
+         f"'gpus' must list distinct GPU indices >= 0 (as nvidia-smi numbers them), got {spec.gpus}; e.g. gpus=[0]")
+    enabled = spec.enabled_methods()
+    need(bool(enabled), "no method is enabled; enable one, e.g. methods.grpo.enabled=true")
+    from bench.config.registry import recipe
+
+    for name in enabled:  # each recipe checks its own settings (and how they meet the matched budget)
+        recipe(name).validate(spec, spec.methods[name], f"methods.{name}")
+    tiny = spec.model.tiny
+    need(tiny.hidden_size % tiny.num_heads == 0,
+         f"'model.tiny.hidden_size' ({tiny.hidden_size}) must divide by 'model.tiny.num_heads' ({tiny.num_heads})")
+    need((tiny.hidden_size // tiny.num_heads) % 2 == 0,
+         f"'model.tiny.hidden_size' / 'model.tiny.num_heads' ({tiny.hidden_size} / {tiny.num_heads}) must be even "
+         f"(rotary embeddings rotate pairs of dimensions); e.g. hidden_size 64, num_heads 4")
+    _validate_architecture(spec.model)
+    if spec.model.source not in ("tiny", "architecture"):
+        need(bool(spec.model.name_or_path),
+             f"'model.name_or_path' is required when model.source is '{spec.model.source}'; "
+             f"set model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct or a local folder")
+    if spec.model.source == "path":
+        need(Path(spec.model.name_or_path).is_dir(),
+             f"'model.name_or_path' folder '{spec.model.name_or_path}' does not exist; give a local model folder")
+    if spec.task.source == "gsm8k":
+        need(bool(spec.task.path), "'task.path' is required when task.source is 'gsm8k'; set task.path=openai/gsm8k "
+                                   "or a local .jsonl/.parquet file or folder")
+        path = Path(spec.task.path)
+        looks_local = spec.task.path.startswith((".", "/", "~")) or path.suffix in (".jsonl", ".parquet", ".json")
+        need(not looks_local or path.expanduser().exists(),
+             f"'task.path' '{spec.task.path}' does not exist; give an existing file or folder, or a hub id like openai/gsm8k")
+    if spec.model.source == "tiny":
+        need(spec.task.source == "synthetic",
+             "model.source 'tiny' builds its tokenizer from the synthetic task; use task.source=synthetic or a real model")
+
+
+def _validate_architecture(model: ModelSpec) -> None:
+    """model.architecture / model.scale checks (architecture names come from the shipped JSON files)."""
+    scale = model.scale  # each value's own range is in SPEC_RULES; here: how it fits the architecture
+    if model.source != "architecture":
+        if model.architecture is not None:
+            raise SpecError(f"'model.architecture' is set but model.source is '{model.source}'; "
+                            f"set model.source=architecture or remove model.architecture")
+        return
+    from bench.config.architectures import STAND_IN_TAG_COUNT, STAND_IN_VOCAB, architecture_names, scaled_fields
+
+    names = architecture_names()
+    if not model.architecture:
+        raise SpecError(f"'model.architecture' is required when model.source is 'architecture'; "
+                        f"set it to one of: {', '.join(names)}")
+    if model.architecture not in names:
+        raise SpecError(f"unknown 'model.architecture' '{model.architecture}'"
+                        f"{_did_you_mean(model.architecture, names)}; known architectures: {', '.join(names)}")
+    least = STAND_IN_VOCAB + STAND_IN_TAG_COUNT
+    if scale.vocab_size is not None and scale.vocab_size < least:
+        raise SpecError(f"'model.scale.vocab_size' must be >= {least} (the stand-in tokenizer's size), "
+                        f"got {scale.vocab_size}; or null for the real vocabulary")
+    scaled_fields(model.architecture, scale)  # raises a SpecError naming model.scale.<key> when it does not fit
+
+
+# -- sweeps -----------------------------------------------------------------------------------------
+def point_spec(spec: Spec, values: dict[str, Any]) -> Spec:
+    """The validated Spec of one point (SpecError names the point and the key)."""
+    try:
+        point = _build(Spec, point_data(spec, values), "")
+        validate(point)
+    except SpecError as exc:
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        raise SpecError(f"sweep point {_label(tuple(values.items()))} ({shown}): {exc}") from None
+    return point
+
+
+def _validate_method_axes(spec: Spec) -> None:
+    """per_method mode: every axis an enabled method, with a non-empty list of distinct points, each a mapping of
+    known keys to values of their type and range; every enabled method listed."""
+    enabled = spec.enabled_methods()
+    for method, entries in spec.sweep.axes.items():
+        name = f"sweep.axes.{method}"
+        if method not in spec.methods:
+            raise SpecError(f"'{name}': with sweep.mode per_method each axis is a method; known methods: "
+                            f"{', '.join(spec.methods)}{_did_you_mean(method, list(spec.methods))}")
+        if method not in enabled:
+            raise SpecError(f"'{name}': method '{method}' is not enabled; enable it (methods.{method}.enabled=true) "
+                            f"or remove its points")
+        if not isinstance(entries, list) or not entries:
+            raise SpecError(f"'{name}' must be a non-empty list of points, e.g. [{{methods.{method}.learning_rate: "
+                            f"1.0e-5}}], got {entries!r}")
+        converted: list[dict[str, Any]] = []
+        for i, entry in enumerate(entries):
+            where = f"{name}[{i}]"
+            if entry is not None and not isinstance(entry, dict):
+                raise SpecError(f"'{where}' must be a mapping of dotted keys to values, e.g. "
+                                f"{{methods.{method}.learning_rate: 1.0e-5}}, got {entry!r}")
+            point: dict[str, Any] = {}
+            for key, value in (entry or {}).items():
+                value = _convert(_method_leaf_type(spec, method, str(key), where), value, f"{where}.{key}")
+                rule = SPEC_RULES.get(str(key))
+                if rule is not None and value is not None and not rule.ok(value):
+                    raise SpecError(f"'{where}.{key}' {rule.allowed}, got {value!r}")
+                point[str(key)] = value
+            converted.append(point)
+        if len({repr(sorted(p.items())) for p in converted}) != len(converted):
+            raise SpecError(f"'{name}' lists a point twice; list each point once")
+        spec.sweep.axes[method] = converted
+    missing = [m for m in enabled if m not in spec.sweep.axes]
+    if missing:
+        raise SpecError(f"'sweep.axes' (mode per_method) lists no points for enabled method(s) {', '.join(missing)}; "
+                        f"give each its points or disable it")
+
+
+def validate_axes(spec: Spec) -> None:
+    """Each axis: a known single setting, a non-empty list of distinct values, each of the key's type and range."""
+    if spec.sweep.mode == "per_method":
+        _validate_method_axes(spec)
+        return
+    for key, values in spec.sweep.axes.items():
+        tp = _leaf_type(key)
+        name = f"sweep.axes.{key}"
+        if not isinstance(values, list) or not values:
+            raise SpecError(f"'{name}' must be a non-empty list of values, got {values!r}; e.g. {key}: [4, 8]")
+        converted = [_convert(tp, value, name) for value in values]
+        rule = SPEC_RULES.get(key)
+        for value in converted:
+            if rule is not None and value is not None and not rule.ok(value):
+                raise SpecError(f"'{name}' {rule.allowed}, got {value!r}")
+        if len({repr(v) for v in converted}) != len(converted):
+            raise SpecError(f"'{name}' lists a value twice: {values}; list each value once")
+        spec.sweep.axes[key] = converted
+
+
+def validate_sweep(spec: Spec) -> None:
+    """Axes (:func:`validate_axes`), the point count, every point's whole spec, and the OOM test hook."""
+    validate_axes(spec)
+    points = expand(spec)
+    if len(points) > MAX_POINTS:
+        raise SpecError(f"'sweep.axes' expands to {len(points)} points (at most {MAX_POINTS}); shorten an axis or "
+                        f"use sweep.mode=one_at_a_time")
+    for point in points:
+        point_spec(spec, point.as_dict())
+    inject = spec.sweep.inject_oom
+    if inject.point is not None:
+        ids = [p.point_id for p in points]
+        if inject.point not in ids:
+            raise SpecError(f"'sweep.inject_oom.point' '{inject.point}' is not a point of this sweep"
+                            f"{_did_you_mean(inject.point, ids)}; points: {', '.join(ids)}")
+        from bench.config.registry import STAGES
+
+        methods = spec.enabled_methods() + list(STAGES)
+        if inject.method is not None and inject.method not in methods:
+            raise SpecError(f"'sweep.inject_oom.method' '{inject.method}' is not an enabled method or a stage; "
+                            f"choose one of: {', '.join(methods)}")
+        if inject.phase not in INJECTABLE_PHASES:
+            raise SpecError(f"'sweep.inject_oom.phase' must be one of {', '.join(INJECTABLE_PHASES)}, "
+                            f"got {inject.phase!r}")

@@ -1,0 +1,164 @@
+"""The plan: ordered runs with stable ids. Shared stages first, then one run per (method, seed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.config import registry
+from bench.model.precision import describe_policy, precision_policy, with_shared_reference
+from bench.config.spec import Spec
+from bench.config.sweep import STAGE_KEYS, _label, expand, method_points
+from bench.config.rules import point_spec
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One subprocess of the suite."""
+
+    run_id: str
+    """Stable id, also its folder name under runs/."""
+    name: str
+    """Registry name (stage or method)."""
+    kind: str
+    """'stage' or 'method'."""
+    seed: int
+    label: str
+    engine: str
+    needs: tuple[str, ...] = field(default_factory=tuple)
+    """Run ids that must have finished successfully first."""
+    point: str | None = None
+    """Sweep point id (bench.config.sweep); None outside a sweep."""
+    values: tuple[tuple[str, Any], ...] = ()
+    """The sweep point's (dotted key, value) pairs applied to the spec for this run; empty outside a sweep."""
+
+
+def make_plan(spec: Spec) -> list[PlannedRun]:
+    """Stages needed by any enabled method (in stage order), then methods x seeds (a sweep: plan_sweep)."""
+    if spec.sweep.axes:
+        return plan_sweep(spec)
+    methods = spec.enabled_methods()
+    needed = {stage for m in methods for stage in registry.stages_needed(spec, m)}
+    runs: list[PlannedRun] = []
+    stage_seed = spec.seeds[0]  # shared stages are built once: every method starts from the same checkpoint
+    for stage in registry.STAGES:
+        if stage in needed:
+            runs.append(PlannedRun(stage, stage, "stage", stage_seed, registry.label(stage), registry.engine(stage),
+                                   registry.STAGE_NEEDS[stage]))
+    for seed in spec.seeds:
+        for method in methods:
+            runs.append(PlannedRun(f"{method}-s{seed}", method, "method", seed, registry.label(method),
+                                   registry.engine(method), tuple(registry.stages_needed(spec, method))))
+    return runs
+
+
+def describe_method(spec: Spec, method: str) -> list[str]:
+    """The dry run's lines for one method: networks and their precision, lengths, updates, micro-batch."""
+    module, cfg = registry.recipe(method), spec.methods[method]
+    roles = module.networks(spec, cfg)
+    policy = precision_policy(spec.model.dtype, roles)
+    if spec.train.lora.enabled:  # every method's reference is then the actor's base, adapters off (no copy)
+        policy = with_shared_reference(policy)
+    lines = [f"networks: {describe_policy(policy)}",
+             f"max length: prompt + {spec.generation.max_new_tokens} new tokens (the longest prompt is measured at "
+             f"run time; offline pairs: their longest prompt + completion)"]
+    own = f"methods.{method}.learning_rate" if cfg.learning_rate is not None else "train.learning_rate"
+    lines.append(f"learning rate: {cfg.resolved_learning_rate(spec):g} ({own})")
+    lines += [f"{name}: {value}" for name, value in module.describe(spec, cfg).items()]
+    return lines
+
+
+def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
+    """Human-readable plan (what --dry-run prints)."""
+    t = spec.train
+    lines = [
+        f"preset {spec.name}: {spec.description}",
+        f"model: {spec.model.source} {spec.model.architecture or spec.model.name_or_path or ''}".rstrip()
+        + f" ({spec.model.dtype})",
+        f"task: {spec.task.source}" + (f" {spec.task.path}" if spec.task.path else "")
+        + f"; {spec.task.train_size} train prompts, {spec.task.test_size} test questions",
+        f"matched budget: {t.steps} steps x {t.prompts_per_step} prompts x G={t.group_size} = "
+        f"{spec.completions_per_step} completions/step, {spec.generation.max_new_tokens} new tokens, "
+        f"temperature {spec.generation.temperature}, lr {t.learning_rate} (unless a method sets its own)",
+        f"sample pool pairs: {spec.sample_pool.pairs}; evaluation: "
+        + (f"{spec.task.test_size} questions, greedy" if spec.eval.enabled else "off (eval.enabled: false)"),
+        f"{len(runs)} runs (stages one at a time, then {spec.parallel_runs} method run(s) at a time"
+        + (f", {spec.threads} torch thread(s) each):" if spec.threads else "):"),
+    ]
+    if spec.sweep.axes:
+
+        lines += describe_sweep(spec)
+    for i, run in enumerate(runs, 1):
+        after = f" (after {', '.join(run.needs)})" if run.needs else ""
+        lines.append(f"  {i:2d}. {run.run_id:<20} {run.label}{after}")
+    lines.append("per method:")
+    for method in spec.enabled_methods():
+        lines.append(f"  {method} ({registry.label(method)}):")
+        lines += [f"      {line}" for line in describe_method(spec, method)]
+    return "\n".join(lines)
+
+
+# -- a sweep's plan ---------------------------------------------------------------------------------------------
+def run_id(method: str, seed: int, point_id: str) -> str:
+    """``<method>-s<seed>@<point>``: the run's folder name says which point it measured."""
+    return f"{method}-s{seed}@{point_id}"
+
+
+def plan_sweep(spec: Spec) -> list[PlannedRun]:
+    """Shared stages (one per distinct stage-relevant axis values, in stage order), then seeds x points x methods."""
+    from bench.config import registry
+
+    points = expand(spec)
+    methods = spec.enabled_methods()
+    runs_at = method_points(spec)  # every point, except in per_method mode
+    stage_runs: dict[str, PlannedRun] = {}
+    method_runs: list[PlannedRun] = []
+    needs_of: dict[str, tuple[str, ...]] = {}
+    for point in points:
+        pspec = point_spec(spec, point.as_dict())
+        here = [m for m in methods if point.point_id in runs_at[m]]
+        needed = {stage for m in here for stage in registry.stages_needed(pspec, m)}
+        ids: dict[str, str] = {}
+        for stage in registry.STAGES:
+            if stage not in needed:
+                continue
+            relevant = tuple((k, v) for k, v in point.values if k.startswith(STAGE_KEYS[stage]))
+            stage_id = f"{stage}@{_label(relevant)}" if relevant else stage
+            ids[stage] = stage_id
+            if stage_id not in stage_runs:
+                stage_needs = tuple(ids[s] for s in registry.STAGE_NEEDS[stage])
+                stage_runs[stage_id] = PlannedRun(stage_id, stage, "stage", spec.seeds[0], registry.label(stage),
+                                                  registry.engine(stage), stage_needs, point.point_id, point.values)
+        for method in here:
+            needs_of[f"{point.point_id}/{method}"] = tuple(ids[s] for s in registry.stages_needed(pspec, method))
+    for seed in spec.seeds:
+        for point in points:
+            for method in (m for m in methods if point.point_id in runs_at[m]):
+                method_runs.append(PlannedRun(run_id(method, seed, point.point_id), method, "method", seed,
+                                              registry.label(method), registry.engine(method),
+                                              needs_of[f"{point.point_id}/{method}"], point.point_id, point.values))
+    ordered = sorted(stage_runs.values(), key=lambda r: list(registry.STAGES).index(r.name))
+    return ordered + method_runs
+
+
+def describe_sweep(spec: Spec) -> list[str]:
+    """Dry-run lines: the axes, the points and what each point runs."""
+    points = expand(spec)
+    sw = spec.sweep
+    if sw.mode == "per_method":
+        runs_at = method_points(spec)
+        lines = [f"sweep (per_method): {len(points)} points, {sum(len(v) for v in runs_at.values())} method runs x "
+                 f"{len(spec.seeds)} seed(s); {sw.warmup_steps} warm-up + {sw.steps} measured steps each"]
+        lines += [f"  {method}: {', '.join(ids)}" for method, ids in runs_at.items()]
+        if spec.eval.split == "validation":  # the plan's header counts test questions; a tune never loads them
+            lines.append(f"  evaluation on the validation split: {spec.task.validation_size} questions carved from the "
+                         f"training side; the test split is not loaded")
+        return lines
+    lines = [f"sweep ({sw.mode}): {len(points)} points x {len(spec.enabled_methods())} methods x "
+             f"{len(spec.seeds)} seed(s); {sw.warmup_steps} warm-up + {sw.steps} measured steps each"]
+    lines += [f"  axis {key}: {', '.join(str(v) for v in values)}" for key, values in sw.axes.items()]
+    lines.append(f"  points: {', '.join(p.point_id for p in points)}")
+    if sw.inject_oom.point is not None:
+        lines.append(f"  TEST HOOK: out-of-memory injected at {sw.inject_oom.point} "
+                     f"({sw.inject_oom.method or 'every method'}, phase {sw.inject_oom.phase})")
+    return lines

@@ -1,0 +1,173 @@
+"""The matched data: the same training prompts in the same order and the same test questions for every method."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.task.prompts import render_prompt
+from bench.config.spec import Spec
+from bench.task.problems import (TEST_SHARE_PERCENT, VALIDATION_SHARE_PERCENT, carve_validation, format_target,
+                         generate_synthetic, question_overlap, read_gsm8k, synthetic_splits,
+                         synthetic_train_validation, to_rows, working_overlap)
+
+
+@dataclass
+class TaskData:
+    """The task's (train, test) problems as every run sees them, and notes on what loading left out."""
+
+    train: list[dict[str, str]]
+    test: list[dict[str, str]]
+    notes: list[str] = field(default_factory=list)
+    """One line each: rows dropped for a bad gold answer, splits shorter than asked, one file for both splits,
+    test questions that also occur in the train split."""
+    checks: dict[str, int | str] = field(default_factory=dict)
+    """What was checked about the test split being held out, for the result. Keys ending in ``_overlap`` are
+    counts of test problems (0 expected): ``question_overlap`` (`bench.task.problems.question_overlap`, every source)
+    and ``working_overlap`` (`bench.task.problems.working_overlap`, synthetic only); ``held_out_by`` says how the
+    splits were kept apart. With a validation split: ``eval_split`` names the evaluated split, the two counts
+    above are of its problems, and when that is test, ``validation_*_overlap`` count validation problems."""
+    validation: list[dict[str, str]] = field(default_factory=list)
+    """Problems carved from the training split for tuning (``task.validation_size``; empty when it is 0)."""
+    eval_split: str = "test"
+    """Which split evaluation reads (``eval.split``); with 'validation' the test split is not even loaded."""
+
+    @property
+    def evaluated(self) -> list[dict[str, str]]:
+        """The problems every evaluation of the run scores: validation or test, as ``eval.split`` says."""
+        return self.validation if self.eval_split == "validation" else self.test
+
+
+def load_task(spec: Spec) -> TaskData:
+    """Load (or generate) both splits and check their overlap; raises UserError for data that cannot be used
+    (bench.task.problems.read_gsm8k)."""
+    task = spec.task
+    if task.validation_size or spec.eval.split == "validation":
+        return _load_with_validation(spec)
+    if task.source == "synthetic":
+        s = task.synthetic
+        train, test = synthetic_splits(task.train_size, task.test_size, s.seed, s.max_operand, s.max_steps)
+        checks: dict[str, int | str] = {
+            "working_overlap": working_overlap(train, test), "question_overlap": question_overlap(train, test),
+            "held_out_by": f"working: sha256(working) % 100 < {TEST_SHARE_PERCENT} is test"}
+        # Zero by construction; a non-zero count is a bug in the split, and the note puts it in front of users.
+        notes = [f"synthetic task: {checks[key]} of {len(test)} test problems share their {what} with a training "
+                 f"problem" for key, what in (("working_overlap", "working"), ("question_overlap", "question"))
+                 if checks[key]]
+        return TaskData(train, test, notes, checks)
+    train = read_gsm8k(str(task.path), "train", limit=None)
+    test = read_gsm8k(str(task.path), "test", limit=task.test_size)
+    notes = [f"{split.source}: dropped {split.dropped} of {split.rows} rows without a usable gold answer "
+             f"(first: {split.first_dropped})" for split in (train, test) if split.dropped]
+    for split, asked, key in ((train, task.train_size, "task.train_size"), (test, task.test_size, "task.test_size")):
+        usable = split.rows - split.dropped
+        if usable < asked:
+            notes.append(f"{split.source}: {usable} usable rows, fewer than {key}={asked}; using {usable}")
+    train_problems = train.problems[: task.train_size]
+    shared = question_overlap(train_problems, test.problems)
+    if train.source == test.source:
+        notes.append(f"{train.source}: one file serves as both the train and the test split, so the test questions "
+                     f"are also trained on; give a folder with train and test files to keep them apart")
+    elif shared:
+        notes.append(f"{test.source}: {shared} of {len(test.problems)} test questions also occur in {train.source} "
+                     f"(same text up to whitespace and case), so they are not held out")
+    checks = {"question_overlap": shared, "held_out_by": "none: one file for both splits"
+              if train.source == test.source else "source: its train and test files"}
+    return TaskData(train_problems, test.problems, notes, checks)
+
+
+def _load_with_validation(spec: Spec) -> TaskData:
+    """`load_task` for a spec with ``task.validation_size`` > 0: train minus validation, validation, and the test
+    split only when evaluation reads it (a tuning run, ``eval.split: validation``, never loads test problems)."""
+    task, on_validation = spec.task, spec.eval.split == "validation"
+    notes: list[str] = []
+    if task.source == "synthetic":
+        s = task.synthetic
+        train, validation = synthetic_train_validation(task.train_size, task.validation_size, s.seed,
+                                                       s.max_operand, s.max_steps)
+        test = [] if on_validation else synthetic_splits(0, task.test_size, s.seed, s.max_operand, s.max_steps)[1]
+        held_out_by = (f"working: sha256(working) % 100 < {TEST_SHARE_PERCENT} is test, in [{TEST_SHARE_PERCENT}, "
+                       f"{TEST_SHARE_PERCENT + VALIDATION_SHARE_PERCENT}) validation")
+    else:
+        split = read_gsm8k(str(task.path), "train", limit=None)
+        if split.dropped:
+            notes.append(f"{split.source}: dropped {split.dropped} of {split.rows} rows without a usable gold answer "
+                         f"(first: {split.first_dropped})")
+        rest, validation = carve_validation(split.problems, task.validation_size)
+        train = rest[: task.train_size]
+        for got, asked, key in ((len(validation), task.validation_size, "task.validation_size"),
+                                (len(train), task.train_size, "task.train_size")):
+            if got < asked:
+                notes.append(f"{split.source}: {got} usable rows for {key}={asked}; using {got}")
+        test = []
+        if not on_validation:
+            test_split = read_gsm8k(str(task.path), "test", limit=task.test_size)
+            test = test_split.problems
+            if test_split.source == split.source:
+                notes.append(f"{split.source}: one file serves as both the train and the test split, so the test "
+                             f"questions are also trained on; give a folder with train and test files")
+        held_out_by = "validation: the training questions with the lowest sha256 of their text"
+    evaluated = validation if on_validation else test
+    checks: dict[str, int | str] = {"question_overlap": question_overlap(train, evaluated)}
+    if task.source == "synthetic":
+        checks["working_overlap"] = working_overlap(train, evaluated)
+    if not on_validation:
+        checks["validation_question_overlap"] = question_overlap(train, validation)
+        if task.source == "synthetic":
+            checks["validation_working_overlap"] = working_overlap(train, validation)
+    checks["held_out_by"] = held_out_by
+    checks["eval_split"] = spec.eval.split
+    # Zero by construction (the test file's overlap excepted); a non-zero count is put in front of users.
+    notes += [f"{key}: {value} {'validation' if key.startswith('validation_') else spec.eval.split} problems share "
+              f"it with a training problem" for key, value in checks.items() if key.endswith("_overlap") and value]
+    return TaskData(train, test, notes, checks, validation=validation, eval_split=spec.eval.split)
+
+
+def task_problems(spec: Spec) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(train, test) problems ({'question', 'answer'}) as the spec describes; deterministic."""
+    data = load_task(spec)
+    return data.train, data.test
+
+
+def tokenizer_corpus(spec: Spec) -> list[str]:
+    """Text a stand-in tokenizer is trained on: prompts and warm-start targets of the task.
+
+    Synthetic task: 2,000 problems from a generator seed the splits do not use. GSM8K: the training split's
+    questions and worked answers (never the test split), so the tokenizer covers what training sees.
+    """
+    if spec.task.source == "gsm8k":
+        train, _ = task_problems(spec)
+        return [r["prompt"] + format_target(p["answer"]) for r, p in zip(to_rows(train), train)]
+    s = spec.task.synthetic
+    problems = generate_synthetic(2000, s.seed + 1, s.max_operand, s.max_steps)
+    rows = to_rows(problems)
+    return [r["prompt"] + format_target(p["answer"]) for r, p in zip(rows, problems)]
+
+
+def matched_data(spec: Spec, tokenizer: Any, seed: int
+                 ) -> tuple[list[dict[str, str]], list[dict[str, str]], dict[str, int | str]]:
+    """`matched_rows` and, from the same load, the overlap checks (`TaskData.checks`) a result records."""
+    data = load_task(spec)
+    # "test_rows" are the evaluated rows: the validation split in a tuning run (eval.split: validation).
+    train_rows, test_rows = to_rows(data.train), to_rows(data.evaluated)
+    for row in train_rows + test_rows:
+        row["prompt"] = render_prompt(tokenizer, row["prompt"], spec.model.use_chat_template)
+    random.Random(seed).shuffle(train_rows)
+    return train_rows, test_rows, data.checks
+
+
+def matched_rows(spec: Spec, tokenizer: Any, seed: int) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(train_rows, test_rows) with fully rendered prompts; training rows shuffled once with ``seed``.
+
+    Every method of a given seed sees exactly this order; online methods take
+    ``train.prompts_per_step`` rows per step from the front, wrapping around.
+    """
+    train_rows, test_rows, _ = matched_data(spec, tokenizer, seed)
+    return train_rows, test_rows
+
+
+def prompts_for_steps(rows: list[dict[str, str]], steps: int, per_step: int) -> list[dict[str, str]]:
+    """The first ``steps * per_step`` rows of the matched order, wrapping around when the set is smaller."""
+    total = steps * per_step
+    return [rows[i % len(rows)] for i in range(total)]

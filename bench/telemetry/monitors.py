@@ -1,0 +1,330 @@
+"""Training-dynamics monitors over a batch of completions: reward hacking and the "aha" moment. Pure Python.
+
+What a method's completions look like at a logged step (or at the final evaluation), in the suite's canonical
+metric names (:data:`bench.results.METRIC_NAMES`). The same function serves every online method: the suite's
+engine calls it on its rollout, TRL's GRPO through a reward-function wrapper
+(:func:`bench.telemetry.trl_hooks.with_monitors`), and the worker can call it on the evaluation's completions.
+
+Definitions (every rate is a share of ALL completions in the batch, so rates share one denominator and can be
+compared step to step):
+
+- ``completion_length`` / ``completion_length_p90``: mean and 90th percentile of the token lengths the caller
+  passes (the suite's EOS rule, ``bench.model.generation.completion_length``); p90 by :func:`bench.scoring.stats.percentile`
+  (linear interpolation, numpy's default). Left out when no lengths are given.
+- ``truncated_rate``: share of completions that hit ``max_new_tokens`` without EOS (the caller's flags).
+  Left out when no flags are given.
+- ``empty_answer_rate``: share with no answer the suite's strict extraction finds (``bench.task.verifier.
+  extract_answer`` in the mode the old name ``strict`` resolves to, i.e. ``suite-strict``; the same rule as
+  ``bench.task.rewards.is_empty_answer``).
+- ``format_only_rate``: share with the right format (``bench.task.verifier.has_format``) but a wrong strict answer:
+  the format reward earned without the accuracy reward. Left out when no golds are given.
+- ``repetition_rate``: share with a back-to-back loop (``bench.task.rewards.has_repetition``, its defaults), kept so
+  this function covers everything ``bench.task.rewards.degenerate_stats`` gave.
+- ``repeated_ngram_rate``: share of completions in which some n-gram of :data:`NGRAM` = 4 words occurs at
+  least :data:`NGRAM_REPEATS` = 3 times, anywhere (not necessarily back to back). Words are the lower-cased
+  whitespace-separated pieces of the text, punctuation kept (``"5."`` and ``"5"`` differ). Occurrences may
+  overlap (``a a a a a a`` holds ``a a a a`` three times). Broader than ``repetition_rate``: it also catches a
+  model that restates the same sentence at scattered places, at the price of some natural reuse of phrases.
+- ``answer_in_think_rate``: share of completions whose strict answer (a number) also appears as a number in
+  the think block, i.e. the text after the first ``<think>`` up to the next ``</think>`` (or, without one, up to
+  the first ``<answer>`` or the end). Numbers are compared canonically (``bench.task.verifier.normalize_number``:
+  ``1,000`` equals ``1000``, ``5.0`` equals ``5``). No think block, or no strict answer: not counted.
+- ``reflection_rate``: share of completions with at least one reflection phrase; ``reflection_count``: mean
+  number of reflection phrases per completion (the "aha" monitor, drawn with ``completion_length``). Phrases are
+  matched case-insensitively and word-bounded (``wait`` does not match ``awaited`` or ``waiting``; spaces inside
+  a phrase match any run of whitespace), non-overlapping, each phrase counted on its own; the default list is
+  :data:`DEFAULT_REFLECTION_PHRASES`.
+- ``zero_std_groups`` (:func:`group_monitors`): share of prompt groups whose rewards are all equal (max - min
+  <= 1e-8), which give every completion a zero advantage and so no learning signal.
+
+:data:`THRESHOLDS` declares when a monitor says something went wrong; :func:`flags` turns a crossing into one
+human line, :func:`curve_flags` judges a whole run by the mean of its last fifth of logged points, and
+:func:`run_flags` adds the final evaluation's monitors (:func:`record_monitors` of its completion records).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.task import verifier
+from bench.task.rewards import completion_text, has_repetition
+from bench.scoring.stats import percentile
+
+NGRAM = 4
+"""Words per n-gram for ``repeated_ngram_rate``."""
+NGRAM_REPEATS = 3
+"""Occurrences of one n-gram that make a completion repetitive."""
+ZERO_STD_TOLERANCE = 1e-8
+"""A group whose rewards span no more than this is zero-variance (TRL tests ``isclose(std, 0)``, atol 1e-8)."""
+
+DEFAULT_REFLECTION_PHRASES: tuple[str, ...] = ("wait", "let me check", "re-check", "recheck", "verify",
+                                               "double-check")
+"""Phrases that mark a model re-checking itself (the "aha moment" of DeepSeek-R1-style training)."""
+
+MONITOR_NAMES: tuple[str, ...] = (
+    "completion_length", "completion_length_p90", "truncated_rate", "empty_answer_rate", "format_only_rate",
+    "repetition_rate", "repeated_ngram_rate", "answer_in_think_rate", "reflection_rate", "reflection_count")
+"""Every name :func:`completion_monitors` can return, in a stable order (each is in METRIC_NAMES)."""
+
+# A number as written in running text, for the think block: optional sign and "$", digits with optional
+# thousands commas, optional fraction. Not preceded by a letter, digit or dot (so "x2" and "1.5.3" do not
+# yield stray numbers, and "16-3" gives 16 and 3, not -3).
+_NUMBER = re.compile(r"(?<![0-9A-Za-z.])-?\$?[0-9][0-9,]*(?:\.[0-9]+)?")
+
+
+def strict_mode() -> str:
+    """The name of the suite's strict extraction mode, looked up at call time.
+
+    ``bench.task.verifier`` renamed ``strict`` to ``suite-strict`` and keeps the old name as an alias; resolving the
+    old name gives the current one whichever side of the rename this runs on. Not ``HEADLINE_MODE``: a report
+    may pick another headline mode, but the monitors keep the rewards' rule.
+    """
+    resolve = getattr(verifier, "resolve_mode", None)
+    return resolve("strict") if callable(resolve) else "strict"
+
+
+# ------------------------------------------------------------------------------------ per completion
+def repeated_ngram(text: str, n: int = NGRAM, repeats: int = NGRAM_REPEATS) -> bool:
+    """True when some n-gram of ``n`` lower-cased words occurs at least ``repeats`` times in ``text``."""
+    words = text.lower().split()
+    counts = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    return any(count >= repeats for count in counts.values())
+
+
+def think_block(text: str) -> str | None:
+    """The think block: after the first ``<think>``, up to the next ``</think>`` (else the first ``<answer>``
+    after it, else the end); None when there is no ``<think>``."""
+    start = text.find("<think>")
+    if start == -1:
+        return None
+    body = text[start + len("<think>"):]
+    for end_tag in ("</think>", "<answer>"):
+        end = body.find(end_tag)
+        if end != -1:
+            return body[:end]
+    return body
+
+
+def numbers_in(text: str) -> set[str]:
+    """The canonical numbers (``bench.task.verifier.normalize_number``) written in ``text``."""
+    found = set()
+    for match in _NUMBER.finditer(text):
+        value = verifier.normalize_number(match.group(0).rstrip(","))
+        if value is not None:
+            found.add(value)
+    return found
+
+
+def answer_in_think(text: str, mode: str | None = None) -> bool:
+    """True when the strict answer of ``text`` is also written as a number inside its think block."""
+    answer = verifier.extract_answer(text, mode or strict_mode())
+    think = think_block(text)
+    return answer is not None and think is not None and answer in numbers_in(think)
+
+
+@functools.lru_cache(maxsize=256)
+def _phrase_pattern(phrase: str) -> re.Pattern[str]:
+    """``phrase`` case-insensitive, word-bounded, any whitespace run between its words."""
+    words = phrase.strip().split()
+    if not words:
+        raise ValueError("a reflection phrase must not be blank")
+    body = r"\s+".join(re.escape(w) for w in words)
+    return re.compile(r"(?<!\w)" + body + r"(?!\w)", re.IGNORECASE)
+
+
+def reflection_count(text: str, phrases: Sequence[str] = DEFAULT_REFLECTION_PHRASES) -> int:
+    """Occurrences of the reflection ``phrases`` in ``text`` (each phrase counted on its own, non-overlapping)."""
+    return sum(len(_phrase_pattern(p).findall(text)) for p in phrases)
+
+
+# ------------------------------------------------------------------------------------ per batch
+def completion_monitors(texts: Sequence[Any], golds: Sequence[str] | None, lengths: Sequence[int] | None = None,
+                        hit_max: Sequence[bool] | None = None,
+                        phrases: Sequence[str] = DEFAULT_REFLECTION_PHRASES) -> dict[str, float]:
+    """The monitors of one batch of completions, by canonical metric name (see the module docstring).
+
+    Args:
+        texts: completions without the prompt (strings, or TRL's chat-message lists).
+        golds: the gold numbers, one per completion, or None (then ``format_only_rate`` is left out).
+        lengths: completion lengths in tokens, or None (then the two length monitors are left out).
+        hit_max: per completion, True when it hit ``max_new_tokens`` without EOS, or None (then
+            ``truncated_rate`` is left out).
+        phrases: the reflection phrases.
+
+    Returns ``{name: float}``; an empty batch returns ``{}`` (no honest rate exists). Raises ValueError when a
+    per-completion list's length differs from ``texts``'.
+    """
+    items = [completion_text(t) for t in texts]
+    n = len(items)
+    for name, values in (("golds", golds), ("lengths", lengths), ("hit_max", hit_max)):
+        if values is not None and len(values) != n:
+            raise ValueError(f"got {n} completions but {len(values)} {name}")
+    if n == 0:
+        return {}
+    mode = strict_mode()
+    answers = [verifier.extract_answer(t, mode) for t in items]
+    out: dict[str, float] = {}
+    if lengths is not None:
+        out["completion_length"] = sum(float(x) for x in lengths) / n
+        out["completion_length_p90"] = percentile([float(x) for x in lengths], 90.0)
+    if hit_max is not None:
+        out["truncated_rate"] = sum(bool(h) for h in hit_max) / n
+    out["empty_answer_rate"] = sum(a is None for a in answers) / n
+    if golds is not None:
+        out["format_only_rate"] = sum(verifier.has_format(t) and not verifier.is_correct(t, g, mode)
+                                      for t, g in zip(items, golds)) / n
+    out["repetition_rate"] = sum(has_repetition(t) for t in items) / n
+    out["repeated_ngram_rate"] = sum(repeated_ngram(t) for t in items) / n
+    out["answer_in_think_rate"] = sum(answer_in_think(t, mode) for t in items) / n
+    counts = [reflection_count(t, phrases) for t in items]
+    out["reflection_rate"] = sum(c > 0 for c in counts) / n
+    out["reflection_count"] = sum(counts) / n
+    return out
+
+
+def group_monitors(rewards: Sequence[float], group_size: int) -> dict[str, float]:
+    """``{"zero_std_groups": share of groups whose rewards are all equal}``.
+
+    ``rewards`` holds consecutive groups of ``group_size`` completions of one prompt (TRL's and the engine's
+    layout). Raises ValueError when ``group_size < 1`` or the rewards do not split into whole groups; an empty
+    list returns ``{}``.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if len(rewards) % group_size:
+        raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
+    groups = [rewards[i:i + group_size] for i in range(0, len(rewards), group_size)]
+    if not groups:
+        return {}
+    flat = sum(max(g) - min(g) <= ZERO_STD_TOLERANCE for g in groups)
+    return {"zero_std_groups": flat / len(groups)}
+
+
+# ------------------------------------------------------------------------------------ thresholds
+THRESHOLDS: dict[str, tuple[str, float, str]] = {
+    "empty_answer_rate": (">", 0.5, "most completions give no answer the strict extraction reads (format "
+                                    "collapse or answers cut off)"),
+    "repeated_ngram_rate": (">", 0.2, "over a fifth of completions repeat a 4-word phrase 3+ times (degenerate "
+                                      "repetition)"),
+    "repetition_rate": (">", 0.1, "over a tenth of completions are caught in a back-to-back loop"),
+    "truncated_rate": (">", 0.2, "over a fifth of completions run into max_new_tokens without EOS (length "
+                                 "blow-up; answers cut off)"),
+    "zero_std_groups": (">", 0.8, "over 80% of prompt groups score identically, so most of the batch carries "
+                                  "no learning signal"),
+}
+"""Declared thresholds: monitor name -> (comparison ``">"`` or ``"<"``, value, why crossing it matters)."""
+
+RISES: dict[str, tuple[float, str]] = {
+    "format_only_rate": (0.15, "more completions earn the format reward with a wrong answer than at the start "
+                               "(the format reward is being farmed rather than answers learned)"),
+}
+"""Monitors judged by how far they rose, not by their level: name -> (rise that flags, as a share; why).
+
+A weak model that answers in the right format is mostly "right format, wrong answer" from its first step (a
+model at 45% accuracy sits near 55%), so a fixed level would flag every weak run, the lr-0 control included.
+Farming shows as a rise: over training (first fifth of logged points to last fifth), and at the final
+evaluation against the starting checkpoint's evaluation."""
+
+_COMPARE = {">": lambda a, b: a > b, "<": lambda a, b: a < b}
+
+
+def _shown(name: str, value: float) -> str:
+    """A share as a percentage, anything else as a number."""
+    from bench.results import METRIC_NAMES  # lazy: results is heavier than this module needs at import
+
+    metric = METRIC_NAMES.get(name)
+    if metric is not None and metric.unit.startswith("share"):
+        return f"{100 * value:.1f}%"
+    return f"{value:.4g}"
+
+
+def flags(monitors: Mapping[str, float]) -> list[str]:
+    """One line per monitor in ``monitors`` that crosses its :data:`THRESHOLDS` entry, in the table's order.
+
+    E.g. ``"empty_answer_rate 62.0% > 50.0%: most completions give no answer ..."``. Names without a threshold,
+    and values that are missing, None or NaN, are skipped.
+    """
+    lines = []
+    for name, (comparison, limit, why) in THRESHOLDS.items():
+        value = monitors.get(name)
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            continue
+        if _COMPARE[comparison](float(value), limit):
+            lines.append(f"{name} {_shown(name, float(value))} {comparison} {_shown(name, limit)}: {why}")
+    return lines
+
+
+def curve_flags(curves: Sequence[Mapping[str, float]]) -> list[str]:
+    """:func:`flags` of a run's curve points, judged on the mean of the last fifth of its points (at least one).
+
+    Why the last fifth: a run is judged by where training left it, and one noisy step should not flag it (the
+    README's "first to last fifth" comparison uses the same window). Each metric is averaged over the window's
+    points that carry it. The lines say the window, e.g. ``"... (mean of the last 2 of 10 logged points)"``.
+    """
+    if not curves:
+        return []
+    window = list(curves)[-max(1, len(curves) // 5):]
+    means: dict[str, float] = {}
+    for name in THRESHOLDS:
+        values = [float(p[name]) for p in window
+                  if isinstance(p.get(name), (int, float)) and not math.isnan(float(p[name]))]
+        if values:
+            means[name] = sum(values) / len(values)
+    note = f" (mean of the last {len(window)} of {len(curves)} logged points)"
+    first = list(curves)[:max(1, len(curves) // 5)]
+    rises = rise_flags(_window_means(first, RISES), _window_means(window, RISES))
+    return [line + note for line in flags(means)] + [line + f" (first vs last {len(window)} of {len(curves)} logged "
+                                                     "points)" for line in rises]
+
+
+def _window_means(points: Sequence[Mapping[str, float]], names: Mapping[str, Any]) -> dict[str, float]:
+    """Mean of each of ``names`` over the points that carry it (NaN and missing values skipped)."""
+    means = {}
+    for name in names:
+        values = [float(p[name]) for p in points
+                  if isinstance(p.get(name), (int, float)) and not math.isnan(float(p[name]))]
+        if values:
+            means[name] = sum(values) / len(values)
+    return means
+
+
+def rise_flags(start: Mapping[str, float], end: Mapping[str, float]) -> list[str]:
+    """One line per :data:`RISES` monitor that rose by more than its limit from ``start`` to ``end``, e.g.
+    ``"format_only_rate rose 40.0% -> 62.0% (+22.0 pp > 15.0 pp): ..."``; a monitor missing from either side is
+    skipped."""
+    lines = []
+    for name, (limit, why) in RISES.items():
+        a, b = start.get(name), end.get(name)
+        if not all(isinstance(v, (int, float)) and not math.isnan(v) for v in (a, b)):
+            continue
+        if b - a > limit:
+            lines.append(f"{name} rose {_shown(name, a)} -> {_shown(name, b)} (+{100 * (b - a):.1f} pp > "
+                         f"{100 * limit:.1f} pp): {why}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------ the final evaluation
+def record_monitors(records: Sequence[Mapping[str, Any]],
+                    phrases: Sequence[str] = DEFAULT_REFLECTION_PHRASES) -> dict[str, float]:
+    """:func:`completion_monitors` of the final evaluation's records (``bench.scoring.evaluation.completion_record``:
+    ``completion``, ``gold``, ``tokens``, ``hit_max``), so evaluation and training report the same monitors."""
+    return completion_monitors([r["completion"] for r in records], [r["gold"] for r in records],
+                               lengths=[int(r["tokens"]) for r in records],
+                               hit_max=[bool(r["hit_max"]) for r in records], phrases=phrases)
+
+
+def run_flags(curves: Sequence[Mapping[str, float]], evaluation: Mapping[str, float] | None = None,
+              start: Mapping[str, float] | None = None) -> list[str]:
+    """Every flag of one run: its training curves (:func:`curve_flags`), then its final evaluation's monitors
+    (:func:`flags`, and :func:`rise_flags` against ``start``, the starting checkpoint's evaluation monitors, when
+    given; each line prefixed ``"final evaluation: "``)."""
+    lines = curve_flags(curves)
+    if evaluation:
+        found = flags(evaluation) + (rise_flags(start, evaluation) if start else [])
+        lines += ["final evaluation: " + line for line in found]
+    return lines
