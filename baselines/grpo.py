@@ -26,7 +26,7 @@ from bench.execution.context import MethodConfig, RunContext, TrainOutcome
 from bench.task.data import prompts_for_steps
 from bench.task.rewards import make_reward_functions
 from bench.results import curve_names
-from bench.telemetry.trl_hooks import monitor_curve_names, monitor_problems, with_monitors
+from bench.telemetry.trl_monitors import monitor_curve_names, monitor_problems, with_monitors
 
 if TYPE_CHECKING:
     from trl import GRPOConfig

@@ -51,12 +51,15 @@ RLHF with PPO"; TRL's GRPOTrainer):
   snapshots are taken inside a gather, and after training rank 0 holds a whole copy of the actor and critic for
   evaluation and accounting. The reference and the reward model stay whole and frozen on every rank (replicated,
   not ZeRO-3 inference engines). Stage 0 runs DDP.
+
+The critic and the adapter-off reference are built in ``baselines/engine_networks.py``. What is left here is one
+job (about 700 lines): the engine a step runs on — its networks' placement (one process, DDP, DeepSpeed), the
+named pieces of a step and the loop — kept in one class so that a recipe's step reads as calls on it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -74,6 +77,7 @@ from bench.model.loading import load_causal_lm, load_sequence_classifier, load_t
 from bench.model.precision import autocast_dtype, precision_policy, with_shared_reference
 from bench.telemetry.monitors import completion_monitors
 from bench.task.rewards import score_completion
+from baselines.engine_networks import AdapterOffReference, build_critic, disable_dropout, freeze
 
 
 @dataclass
@@ -128,115 +132,6 @@ def engine_description(spec: Any, cfg: EngineConfig) -> dict[str, str]:
                          f"a reference is its base with adapters off (no copy); PPO's critic "
                          f"{'has its own adapters + a trained value head' if lora.critic else 'trains every weight'}")
     return lines
-
-
-# ----------------------------------------------------------------------------------------------
-# Networks
-
-
-class ValueModel(nn.Module):
-    """A critic: a transformer backbone (no LM head) plus a scalar value head.
-
-    ``hidden(...)`` -> (b, L, H); ``values(hidden)`` turns hidden states (b, T, H) into values (b, T) in reward
-    units. The head is float32 whatever the backbone's dtype (values and returns are small regressions).
-    """
-
-    def __init__(self, backbone: nn.Module, hidden_size: int) -> None:
-        super().__init__()
-        self.backbone = backbone
-        self.head = nn.Linear(hidden_size, 1, dtype=torch.float32)
-        # N+ details: a reward/value head initialised N(0, 1/sqrt(d_model + 1)), bias 0.
-        nn.init.normal_(self.head.weight, std=1.0 / math.sqrt(hidden_size + 1))
-        nn.init.zeros_(self.head.bias)
-
-    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               position_ids: torch.Tensor) -> torch.Tensor:
-        """Shape: (b, L) each -> (b, L, H)."""
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=False)
-        return out.last_hidden_state
-
-    def values(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Shape: (b, T, H) -> (b, T)."""
-        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                completion_length: int) -> torch.Tensor:
-        """Values of the last ``completion_length`` positions, each read before its token: (b, L) -> (b, T).
-
-        What ``Engine.values`` computes, as one call: the form DistributedDataParallel needs (it syncs gradients of
-        what runs through the wrapper's forward)."""
-        hidden = self.hidden(input_ids, attention_mask, position_ids)
-        return self.values(hidden[:, -completion_length - 1: -1])
-
-
-def disable_dropout(model: nn.Module) -> None:
-    """Zero every dropout probability (nn.Dropout modules and attention-dropout attributes)."""
-    for module in model.modules():
-        if isinstance(module, nn.Dropout):
-            module.p = 0.0
-        if isinstance(getattr(module, "attention_dropout", None), float):
-            module.attention_dropout = 0.0
-
-
-def freeze(model: nn.Module) -> nn.Module:
-    """Eval mode, no gradients: a network that is only read."""
-    model.eval()
-    model.requires_grad_(False)
-    return model
-
-
-def build_critic(ctx: RunContext, init: str, lora: bool = False) -> ValueModel:
-    """A trained value model in float32 (fp32 master weights), on its own backbone.
-
-    init 'policy': the policy checkpoint's base model (LM head dropped), a fresh head.
-    init 'reward_model': the reward model's base model, and its score head copied into the value head.
-    lora: the backbone gets train.lora's adapters and its own weights are frozen; the value head is trained in full.
-    """
-    from transformers import AutoModel
-
-    if init == "policy":
-        backbone = AutoModel.from_pretrained(str(ctx.init_model_dir), dtype=torch.float32)
-        critic = ValueModel(backbone, backbone.config.hidden_size)
-    else:
-        reward_model = load_sequence_classifier(ctx.reward_model_dir, "float32", "cpu", trained=True)
-        backbone = getattr(reward_model, reward_model.base_model_prefix)
-        critic = ValueModel(backbone, backbone.config.hidden_size)
-        with torch.no_grad():
-            critic.head.weight.copy_(reward_model.score.weight.float())
-    critic.requires_grad_(True)
-    if lora:
-        from baselines.common import add_lora
-
-        critic.backbone = add_lora(critic.backbone, ctx.spec, task_type=None)  # freezes the backbone only
-    return critic.to(ctx.device)
-
-
-class AdapterOffReference(nn.Module):
-    """The reference of a LoRA actor: the actor's own base model with its adapters switched off.
-
-    ``forward(**inputs)`` runs the base under peft's ``disable_adapter()``, in which every LoRA layer computes
-    exactly its frozen base layer: the starting checkpoint's outputs, bit for bit, at the cost of no weights.
-    ``parameters()`` lists the actor's base model (adapters included, though unused), the very tensors the actor
-    holds, so the accounting counts them once under the actor and reports them here as ``shared_params``.
-    ``train()`` / ``eval()`` leave the modules alone: they are the actor's, whose mode the engine sets itself.
-    """
-
-    def __init__(self, actor: nn.Module) -> None:
-        super().__init__()
-        self.model = actor.get_base_model()
-        object.__setattr__(self, "_actor", actor)  # not a submodule: its parameters are listed once, via model
-
-    def forward(self, **inputs: Any) -> Any:
-        with self._actor.disable_adapter():
-            return self.model(**inputs)
-
-    def train(self, mode: bool = True) -> "AdapterOffReference":
-        return self
-
-
-# ----------------------------------------------------------------------------------------------
-# A rollout batch (b completions, group by group; P padded prompt length; T completion length; V vocabulary)
 
 
 @dataclass

@@ -28,7 +28,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe_plan(spec, make_plan(spec)))
         return 0
-    from bench.execution.runner import SuiteLock, check_suite_dir, default_out_dir, run_suite
+    from bench.execution.runner import run_suite
+    from bench.execution.suite_folder import SuiteLock, check_suite_dir, default_out_dir
 
     reports_dir = Path(args.reports_dir)
     if args.out:

@@ -14,7 +14,7 @@ import yaml
 
 from bench.cli import main
 from bench.systems.estimate import parse_memory
-from bench.systems.memory_model import GIB, Settings
+from bench.systems.memory_terms import GIB, Settings
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -185,7 +185,7 @@ def test_a_gpu_run_gets_a_vram_verdict_and_gpu_wording(tmp_path: Path) -> None:
 
 def test_the_runner_records_the_run_and_resume_commands(tmp_path: Path) -> None:
     """suite.json 'commands': the resume line as the CLI builds it, and the same without --out FOLDER --resume."""
-    from bench.execution.runner import prepare_suite_dir
+    from bench.execution.suite_folder import prepare_suite_dir
     from bench.config.loading import load_spec
 
     spec = load_spec("cpu-quick", [])

@@ -205,7 +205,7 @@ def test_a_worker_that_ignores_sigterm_is_killed_with_its_children() -> None:
     KILL_AFTER_S after the SIGTERM, children included."""
     import io
 
-    from bench.execution.runner import KILL_AFTER_S, Stopper
+    from bench.execution.processes import KILL_AFTER_S, Stopper
 
     stubborn = subprocess.Popen([sys.executable, "-c", "import signal, subprocess, sys, time; "
                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -11,14 +11,8 @@ from dataclasses import replace
 import pytest
 
 from bench.config.architectures import architecture_config, architecture_fields, build_random_model, parameter_count
-from bench.systems.memory_model import (
-    GIB,
-    Settings,
-    Shape,
-    gpus_data_parallel,
-    predict,
-    predict_for_spec,
-)
+from bench.systems.memory_model import gpus_data_parallel, predict, predict_for_spec
+from bench.systems.memory_terms import GIB, Settings, Shape
 from bench.config.spec import ScaleSpec
 
 # A Qwen2-type shape small enough to count by hand: 2 layers, hidden 8, MLP 16, 2 query heads and 1 KV head of
@@ -211,7 +205,7 @@ def _measured_ppo_accounting(name: str, scale: ScaleSpec, dtype: str, lora_rank:
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from baselines.rollout_engine import ValueModel
+    from baselines.engine_networks import ValueModel
     from bench.model.precision import storage_dtype
     from bench.telemetry.accounting import account_networks
 
@@ -281,7 +275,8 @@ def test_lora_frozen_weight_casts_equal_the_casts_a_peft_forward_saves_on_cpu():
     from peft import LoraConfig, get_peft_model
 
     from bench.config.architectures import scaled_fields
-    from bench.systems.memory_model import frozen_weight_casts, network_memory
+    from bench.systems.memory_phases import frozen_weight_casts
+    from bench.systems.memory_terms import network_memory
 
     name, scale = SCALED["qwen"]
     shape = Shape.from_fields(scaled_fields(name, scale))
@@ -351,7 +346,7 @@ def test_activation_formula_is_within_5_percent_of_the_tensors_saved_on_cpu(fami
     """CPU runs torch's CPU SDPA kernel, not CUDA's; the check is on the per-layer bookkeeping (measured on
     2026-11-30: +2% to +3% over what was saved, both families, fp32 and bf16 autocast)."""
     from bench.config.architectures import scaled_fields
-    from bench.systems.memory_model import activation_bytes
+    from bench.systems.memory_terms import activation_bytes
 
     name, scale = SCALED[family]
     shape = Shape.from_fields(scaled_fields(name, scale))
@@ -362,7 +357,7 @@ def test_activation_formula_is_within_5_percent_of_the_tensors_saved_on_cpu(fami
 
 def test_with_checkpointing_the_forward_keeps_only_layer_inputs():
     from bench.config.architectures import scaled_fields
-    from bench.systems.memory_model import activation_bytes, activation_bytes_per_token_layer
+    from bench.systems.memory_terms import activation_bytes, activation_bytes_per_token_layer
 
     name, scale = SCALED["qwen"]
     shape = Shape.from_fields(scaled_fields(name, scale))
@@ -378,7 +373,7 @@ def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype):
     import torch
 
     from bench.config.architectures import scaled_fields
-    from bench.systems.memory_model import kv_cache_bytes
+    from bench.systems.memory_terms import kv_cache_bytes
 
     name, scale = SCALED["llama"]
     model = build_random_model(architecture_config(name, scale), "float32", seed=0)  # the actor: fp32 storage
@@ -391,7 +386,8 @@ def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype):
 # ------------------------------------------------------------------------------------------------ layouts: ZeRO, LoRA
 
 def test_each_zero_stage_shards_what_it_should_for_trl_grpo():
-    from bench.systems.memory_model import Layout, layout_memory
+    from bench.systems.memory_layouts import layout_memory
+    from bench.systems.memory_terms import Layout
 
     # DeepSpeed's bf16 mixed precision on SMALL's GRPO networks (see the first test for the element counts):
     # actor 1736 parameters in 27 tensors: bf16 weights 3472, bf16 gradients 3472, fp32 master 6944, AdamW
@@ -430,7 +426,8 @@ def test_the_engine_under_zero2_and_zero3_every_term_by_hand():
     critic with float32 gradients, DeepSpeed's float32 master partition and AdamW's moments sharded, the reference
     and the reward model whole on every GPU, the suite's autocast casts as on one GPU, and under ZeRO-3 generation
     in a gather of the whole float32 actor."""
-    from bench.systems.memory_model import Layout, layout_memory
+    from bench.systems.memory_layouts import layout_memory
+    from bench.systems.memory_terms import Layout
 
     # Actor 1736 parameters in 27 tensors: fp32 weights 6944, fp32 gradients 6944, master 6944, AdamW 13996;
     # critic 1489 in 28 tensors: 5956, 5956, 5956, 12024; frozen bf16 reward 1488 x 2 = 2976 and reference
@@ -482,7 +479,8 @@ def test_the_engine_under_zero2_and_zero3_every_term_by_hand():
 
 
 def test_zero_phases_of_trl_hold_no_autocast_casts_split_the_rollout_and_step_one_partition():
-    from bench.systems.memory_model import Layout, layout_memory
+    from bench.systems.memory_layouts import layout_memory
+    from bench.systems.memory_terms import Layout
 
     m = layout_memory(SMALL, "grpo", SMALL_SETTINGS, Layout(2, 2))
     # bf16 modules: nothing to cast. 4 sequences over 2 GPUs: 2 each, 8 tokens x 48 B of KV cache per token.
@@ -504,7 +502,8 @@ def test_zero_phases_of_trl_hold_no_autocast_casts_split_the_rollout_and_step_on
 
 
 def test_plain_dp_on_one_gpu_is_the_one_gpu_prediction_and_zero_costs_its_bytes_there():
-    from bench.systems.memory_model import Layout, layout_memory
+    from bench.systems.memory_layouts import layout_memory
+    from bench.systems.memory_terms import Layout
 
     p = predict(SMALL, "ppo", SMALL_SETTINGS)
     one = layout_memory(SMALL, "ppo", SMALL_SETTINGS, Layout())
@@ -551,7 +550,8 @@ def test_lora_trains_adapters_only_and_the_reference_costs_nothing():
 
 
 def test_lora_under_zero_shards_the_adapters_state_and_keeps_no_reference():
-    from bench.systems.memory_model import Layout, layout_memory
+    from bench.systems.memory_layouts import layout_memory
+    from bench.systems.memory_terms import Layout
 
     lora = replace(SMALL_SETTINGS, lora_rank=2)
     m = layout_memory(SMALL, "grpo", lora, Layout(2, 2))
@@ -562,7 +562,9 @@ def test_lora_under_zero_shards_the_adapters_state_and_keeps_no_reference():
 
 
 def test_more_gpus_never_need_more_memory_per_gpu():
-    from bench.systems.memory_model import LAYOUTS, METHOD_ROLES, Layout, layout_memory
+    from bench.systems.memory_layouts import layout_memory
+    from bench.systems.memory_terms import LAYOUTS, Layout
+    from bench.systems.memory_terms import METHOD_ROLES
 
     fields = architecture_fields("qwen2.5-7b")
     for settings in (Settings(), Settings(lora_rank=32, gradient_checkpointing=False)):
@@ -574,7 +576,8 @@ def test_more_gpus_never_need_more_memory_per_gpu():
 
 
 def test_each_gpu_count_is_the_fewest_that_fits():
-    from bench.systems.memory_model import LAYOUTS, Layout, layout_memory
+    from bench.systems.memory_layouts import layout_memory
+    from bench.systems.memory_terms import LAYOUTS, Layout
 
     fields = architecture_fields("qwen2.5-7b")
     s = Settings()
@@ -600,7 +603,7 @@ def test_each_gpu_count_is_the_fewest_that_fits():
 
 
 def test_an_impossible_layout_is_refused():
-    from bench.systems.memory_model import Layout
+    from bench.systems.memory_layouts import Layout
 
     for kwargs, words in [({"stage": 4}, "stage must be 0, 1, 2 or 3"), ({"gpus": 0}, "must be >= 1"),
                           ({"offload_optimizer": True}, "needs ZeRO stage 1, 2 or 3"),

@@ -18,7 +18,7 @@ import pytest
 from bench.execution import preflight as pf
 from bench.errors import SpecError, UserError
 from bench.execution.plan import describe_plan, make_plan
-from bench.execution.runner import worker_env
+from bench.execution.processes import worker_env
 from bench.config.loading import load_spec
 
 REPO = Path(__file__).resolve().parents[1]

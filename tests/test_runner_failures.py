@@ -63,7 +63,7 @@ def test_resume_refuses_a_changed_spec_and_skips_finished_runs(tmp_path: Path) -
     from bench.errors import UserError
     from bench.execution.plan import make_plan
     from bench.results import empty_result, is_complete, write_json_atomic
-    from bench.execution.runner import prepare_suite_dir
+    from bench.execution.suite_folder import prepare_suite_dir
     from bench.config.loading import load_spec
 
     spec = load_spec("cpu-quick")
@@ -150,7 +150,7 @@ def test_a_result_from_other_inputs_is_not_complete(tmp_path: Path) -> None:
 
 
 class FakeWorkers:
-    """Stands in for bench.execution.runner.launch_worker: writes the result a worker would, at once, and counts launches.
+    """Stands in for bench.execution.processes.launch_worker: writes the result a worker would, at once, and counts launches.
 
     ``fail`` maps run ids to the message of a RuntimeError the run "raises".
     """
@@ -181,6 +181,7 @@ def fake_suite(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[Any, str,
     with stand-in workers and a stand-in report (the report has its own tests)."""
     import bench.report
     import bench.execution.runner
+    import bench.execution.processes
     from bench.config.loading import load_spec
 
     def fake_report(suite_dir: Path) -> Path:
@@ -282,7 +283,7 @@ def _resume_refusal(suite: Path, tmp_path: Path) -> subprocess.CompletedProcess:
 
 def test_a_live_lock_refuses_a_second_run_with_one_line(tmp_path: Path) -> None:
     from bench.execution.plan import make_plan
-    from bench.execution.runner import prepare_suite_dir
+    from bench.execution.suite_folder import prepare_suite_dir
     from bench.config.loading import load_spec
 
     spec = load_spec("cpu-quick")
@@ -323,7 +324,7 @@ def test_a_stale_lock_is_taken_over_with_a_note(tmp_path: Path, fake_suite: Call
 
 def test_a_lock_is_exclusive_within_one_process_too(tmp_path: Path) -> None:
     from bench.errors import UserError
-    from bench.execution.runner import SuiteLock
+    from bench.execution.suite_folder import SuiteLock
 
     first, second = SuiteLock(tmp_path), SuiteLock(tmp_path)
     first.acquire(io.StringIO())
@@ -352,18 +353,18 @@ def _run_dying_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: s
     from bench.execution.plan import PlannedRun
     from bench.config.loading import load_spec
 
-    real = bench.execution.runner.launch_worker
+    real = bench.execution.processes.launch_worker
 
     def launch(run_dir: Path, progress: Any, env: Any = None, stopper: Any = None) -> int:
         return real(run_dir, progress, env, stopper, command=[sys.executable, "-c", script])
 
     monkeypatch.setattr(bench.execution.runner, "launch_worker", launch)
-    stopper = bench.execution.runner.Stopper(io.StringIO())
+    stopper = bench.execution.processes.Stopper(io.StringIO())
     if requested:
         stopper.requested.set()
         stopper.signal_name = "SIGINT"
     run = PlannedRun("grpo_engine-s0", "grpo_engine", "method", 0, "GRPO (suite engine)", "suite")
-    progress = bench.execution.runner.Progress(io.StringIO(), __import__("threading").Lock(), False, 1, 1, run)
+    progress = bench.execution.processes.Progress(io.StringIO(), __import__("threading").Lock(), False, 1, 1, run)
     bench.execution.runner.execute_run(load_spec("cpu-quick"), tmp_path, run, False, None, dict(os.environ), progress,
                              stopper)
     return json.loads((tmp_path / "runs" / "grpo_engine-s0" / "result.json").read_text())

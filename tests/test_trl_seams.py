@@ -272,7 +272,7 @@ def test_time_figure_leaves_out_uninstrumented_phases() -> None:
 
 # ------------------------------------------------------------------------------------ training-dynamics monitors
 def test_with_monitors_logs_hand_worked_values_and_keeps_the_reward() -> None:
-    from bench.telemetry.trl_hooks import MONITOR_PREFIX, with_monitors
+    from bench.telemetry.trl_monitors import MONITOR_PREFIX, with_monitors
 
     def accuracy(prompts: list[str], completions: list[str], answer: list[str], **kwargs: object) -> list[float]:
         return [0.5] * len(completions)
@@ -292,7 +292,7 @@ def test_with_monitors_logs_hand_worked_values_and_keeps_the_reward() -> None:
     assert monitored.bench_monitors.calls == 1 and monitored.bench_monitors.logged == 1
 
     monitored(prompts=["p"], completions=[right], answer=["7"])  # no log_metric: TRL dropped the kwarg
-    from bench.telemetry.trl_hooks import monitor_problems
+    from bench.telemetry.trl_monitors import monitor_problems
 
     assert monitor_problems([monitored], []) == ["monitors: TRL passed no log_metric (or no completions) in 1 of 2 "
                                                  "reward call(s)"]
@@ -312,7 +312,7 @@ def test_tiny_grpo_logs_every_monitor_under_canonical_names(tiny_dir: Path, tmp_
     from baselines.common import curves_from_log_history
     from bench.telemetry.monitors import MONITOR_NAMES
     from bench.task.rewards import make_reward_functions
-    from bench.telemetry.trl_hooks import MONITOR_PREFIX, monitor_curve_names, monitor_problems, with_monitors
+    from bench.telemetry.trl_monitors import MONITOR_PREFIX, monitor_curve_names, monitor_problems, with_monitors
 
     funcs, weights = make_reward_functions(1.0, 0.5, 4, 0.01, lambda text: len(text.split()))
     funcs[0] = with_monitors(funcs[0])

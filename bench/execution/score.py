@@ -183,7 +183,7 @@ def rescore_suite(suite_dir: Path, mode: str) -> list[tuple[str, str]]:
     from bench.scoring.evaluation import summarize_records
     from bench.report.load import REPORT_SETTINGS_FILE
     from bench.results import read_result, write_json_atomic
-    from bench.execution.runner import SuiteLock
+    from bench.execution.suite_folder import SuiteLock
 
     mode = _mode(mode)
     SuiteLock(suite_dir).refuse_if_held()

@@ -392,7 +392,8 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe_plan(spec, make_plan(spec)))
         return 0
-    from bench.execution.runner import SuiteLock, check_suite_dir, run_suite
+    from bench.execution.runner import run_suite
+    from bench.execution.suite_folder import SuiteLock, check_suite_dir
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     suite_dir = Path(args.out) if args.out else Path(args.reports_dir) / "tune" / f"{base.name}-{stamp}"

@@ -12,6 +12,9 @@ every axis label. Where a figure's marks are phases rather than methods (time pe
 separate sequential palette and each method's tick label keeps the method's colour.
 Memory readings are charted one source per chart: cpu-rss, cuda-allocated and nvml numbers measure
 different things and a shared axis would invite a false comparison.
+
+One job, one file (about 650 lines): every figure of the report, each builder a short function over the same
+colour, axis and saving helpers; splitting it would spread one palette and one set of conventions over modules.
 """
 
 from __future__ import annotations

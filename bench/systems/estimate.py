@@ -8,7 +8,7 @@ per phase what a step adds (KV cache, activations, logits); the peak and its pha
 micro-batch that does, and the fewest GPUs needed under plain data parallelism, each ZeRO stage and ZeRO-3 with
 CPU offload (with the host memory the offload needs). ``--zero-stage`` / ``--gpus`` / ``--offload`` ask for one
 layout: its per-GPU memory, peak, whether it fits and its largest micro-batch. Settings default to the
-gsm8k-qwen0.5b preset's shapes (`bench.systems.memory_model.Settings`). Imports no torch: it answers in well under a second.
+gsm8k-qwen0.5b preset's shapes (`bench.systems.memory_terms.Settings`). Imports no torch: it answers in well under a second.
 """
 
 from __future__ import annotations
@@ -23,17 +23,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bench.errors import UserError
-from bench.systems.memory_model import (
-    ENGINE_METHODS,
-    GIB,
-    MAX_GPUS,
-    METHOD_ROLES,
-    Layout,
-    LayoutMemory,
-    Prediction,
-    Settings,
-    predict,
-)
+from bench.systems.memory_model import MAX_GPUS, Prediction, predict
+from bench.systems.memory_layouts import LayoutMemory
+
+from bench.systems.memory_terms import ENGINE_METHODS, GIB, METHOD_ROLES, Layout, Settings
 
 ALL = "all"
 """--method value that compares every method side by side."""
@@ -48,7 +41,7 @@ LAYOUT_LABELS = {
     "zero3": "ZeRO-3 (+ weights sharded)",
     "zero3_offload": "ZeRO-3 + CPU offload",
 }
-"""How the table names each layout of bench.systems.memory_model.LAYOUTS."""
+"""How the table names each layout of bench.systems.memory_layouts.LAYOUTS."""
 
 NEVER = {
     "zero1": "the whole weights and gradients every GPU keeps, plus one sequence's step, exceed one GPU",

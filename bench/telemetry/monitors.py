@@ -3,7 +3,7 @@
 What a method's completions look like at a logged step (or at the final evaluation), in the suite's canonical
 metric names (:data:`bench.results.METRIC_NAMES`). The same function serves every online method: the suite's
 engine calls it on its rollout, TRL's GRPO through a reward-function wrapper
-(:func:`bench.telemetry.trl_hooks.with_monitors`), and the worker can call it on the evaluation's completions.
+(:func:`bench.telemetry.trl_monitors.with_monitors`), and the worker can call it on the evaluation's completions.
 
 Definitions (every rate is a share of ALL completions in the batch, so rates share one denominator and can be
 compared step to step):

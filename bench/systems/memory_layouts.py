@@ -1,0 +1,99 @@
+"""The memory model over several GPUs: plain data parallelism and ZeRO-1/2/3 (with offload), per implementation (TRL's
+trainers under DeepSpeed's bf16, the suite's engine with float32 modules and DeepSpeed's master clone), as
+described in :mod:`bench.systems.memory_model`. All sizes are bytes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+from bench.systems.memory_terms import (Layout, DTYPE_BYTES, ENGINE_METHODS, NetworkMemory, Settings, Shape, network_memory,
+                                        roles_for)
+from bench.systems.memory_phases import peak_of, phase_terms
+
+
+@dataclass
+class LayoutMemory:
+    """Per-GPU memory of one method in one layout."""
+
+    layout: Layout
+    static: dict[str, int]
+    """Bytes resident on each GPU between steps: weights, gradients, master_weights, optimizer, gathered_weights
+    (ZeRO-3's working set of gathered modules) and their total."""
+    host_bytes: int
+    """CPU memory of the offloaded state, all ranks together (bytes; 0 without offload)."""
+    phases: dict[str, dict[str, int]]
+    """phase -> {term: bytes} on top of ``static['total']`` on one GPU; each has a 'total'."""
+    peak_bytes: int
+    peak_phase: str
+    fits: bool
+    max_micro_batch: int | None = None
+    """Largest micro-batch (sequences; DPO pairs) that fits this layout (0: none); None when not searched."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data (``Prediction.to_json``'s ``layout`` and ``gpus_memory``)."""
+        return {"layout": self.layout.name, **asdict(self.layout), "static": self.static,
+                "host_bytes": self.host_bytes, "host_bytes_per_gpu": math.ceil(self.host_bytes / self.layout.gpus),
+                "phases": self.phases, "peak_bytes": self.peak_bytes, "peak_phase": self.peak_phase,
+                "fits": self.fits, "max_micro_batch": self.max_micro_batch}
+
+
+def largest_module(shape: Shape) -> int:
+    """Elements of the largest module ZeRO-3 gathers at once: a decoder layer, or the embedding / LM head."""
+    return max(sum(shape.layer_tensors()), shape.vocab * shape.hidden)
+
+
+def layout_static(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory],
+                  layout: Layout) -> tuple[dict[str, int], int]:
+    """(bytes resident on each GPU by kind, bytes offloaded to CPU memory over all ranks) for ``layout``.
+
+    Plain DP: the networks as on one GPU (float32 storage of trained networks is their master copy). ZeRO: a
+    float32 master partition beside the trained modules, which are in the spec's dtype for TRL's trainers and
+    float32 for the suite's engine, whose frozen networks also stay whole at every stage (module docstring).
+    """
+    n, stage = layout.gpus, layout.stage
+    terms = {"weights": 0, "gradients": 0, "master_weights": 0, "optimizer": 0, "gathered_weights": 0}
+    if stage == 0:
+        for net in nets.values():
+            terms["weights"] += net.weights_bytes
+            terms["gradients"] += net.gradients_bytes
+            terms["optimizer"] += net.optimizer_bytes
+        return {**terms, "total": sum(terms.values())}, 0
+    engine = method in ENGINE_METHODS
+    module = 4 if engine else DTYPE_BYTES[s.dtype]  # the engine's DeepSpeed config has no bf16 section
+    host = 0
+    for net in nets.values():
+        trained = net.trainable_parameters if net.trained else 0
+        weights = net.parameters * module if net.trained else net.weights_bytes
+        grads = trained * module
+        master = trained * 4  # DeepSpeed clones its partition into a float32 copy, of float32 weights too
+        optim = net.optimizer_bytes
+        sharded = stage == 3 and (net.trained or not engine)  # the engine's frozen networks stay whole
+        if layout.offload_params and sharded:
+            host += weights
+        else:
+            terms["weights"] += math.ceil(weights / n) if sharded else weights
+        if layout.offload_optimizer:  # the step runs on the CPU over a float32 copy of the gradient partition
+            host += master + optim + 4 * trained
+            terms["gradients"] += grads if stage == 1 else 0  # from stage 2 the partitions go to the CPU
+        else:
+            terms["gradients"] += math.ceil(grads / n) if stage >= 2 else grads
+            terms["master_weights"] += math.ceil(master / n)
+            terms["optimizer"] += math.ceil(optim / n)
+    if stage == 3:  # the module computing and the next one, prefetched
+        terms["gathered_weights"] = 2 * largest_module(shape) * module
+    return {**terms, "total": sum(terms.values())}, host
+
+
+def layout_memory(shape: Shape | dict[str, Any], method: str, s: Settings, layout: Layout) -> LayoutMemory:
+    """Per-GPU memory of ``method`` spread over ``layout`` (the rollout split over its GPUs)."""
+    sh = shape if isinstance(shape, Shape) else Shape.from_fields(shape)
+    nets = {role: network_memory(sh, role, s) for role in roles_for(method, s)}
+    static, host = layout_static(sh, method, s, nets, layout)
+    phases = phase_terms(sh, method, s, nets, share=layout.gpus, layout=layout)
+    peak, phase = peak_of(static["total"], phases)
+    return LayoutMemory(layout, static, host, phases, peak, phase, peak <= s.gpu_memory_bytes)
+
+
+# ----------------------------------------------------------------------------------------------
+# The prediction
