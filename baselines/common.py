@@ -12,7 +12,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from bench.execution.context import RunContext
-from bench.model.loading import load_causal_lm, load_tokenizer
+from bench.model.loading import load_causal_lm
 from bench.model.precision import autocast_dtype, precision_policy
 from bench.config.spec import Spec
 
@@ -122,7 +122,7 @@ def add_lora(model: Any, spec: Spec, task_type: str | None = "CAUSAL_LM") -> Any
 def load_initial_policy(ctx: RunContext) -> tuple[Any, Any]:
     """(policy, tokenizer) from the shared starting checkpoint; the policy in float32 (it is trained)."""
     assert ctx.init_model_dir is not None, "the warm_start stage provides the starting checkpoint"
-    tokenizer = load_tokenizer(ctx.init_model_dir)
+    tokenizer = ctx.starting_tokenizer()
     policy = load_causal_lm(ctx.init_model_dir, ctx.spec.model, ctx.device, trained=True)
     return policy, tokenizer
 

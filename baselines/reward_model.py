@@ -17,7 +17,7 @@ from trl import RewardConfig, RewardTrainer
 from baselines.common import curves_from_log_history, matched_training_args, run_trainer, trl_precision
 from bench.execution.context import RunContext, TrainOutcome
 from bench.task.lengths import check_loss, model_context, pair_budget
-from bench.model.loading import load_sequence_classifier, load_tokenizer
+from bench.model.loading import load_sequence_classifier
 from bench.model.precision import precision_for
 from bench.results import curve_names
 from bench.execution.sample_pool import preference_pairs, read_pool
@@ -62,7 +62,7 @@ def pairwise_accuracy(model, tokenizer, pairs: list[dict[str, str]], batch_size:
 def train(ctx: RunContext) -> TrainOutcome:
     """Train the reward model on the pool's pairs; save it to RUN_DIR/model."""
     spec, rm = ctx.spec, ctx.spec.reward_model
-    tokenizer = load_tokenizer(ctx.init_model_dir)
+    tokenizer = ctx.starting_tokenizer()
     # trained=True: the optimizer updates it here, so float32 master weights (bench.model.precision).
     model = load_sequence_classifier(ctx.init_model_dir, spec.model.dtype, ctx.device, trained=True)
     model.config.pad_token_id = tokenizer.pad_token_id

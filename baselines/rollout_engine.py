@@ -73,7 +73,7 @@ from bench.execution.context import MethodConfig, RunContext, TrainOutcome
 from bench.task.data import prompts_for_steps
 from bench.errors import SpecError
 from bench.model.generation import eos_token_ids, generate, sampling_settings
-from bench.model.loading import load_causal_lm, load_sequence_classifier, load_tokenizer, torch_dtype
+from bench.model.loading import load_causal_lm, load_sequence_classifier, torch_dtype
 from bench.model.precision import autocast_dtype, precision_policy, with_shared_reference
 from bench.telemetry.monitors import completion_monitors
 from bench.task.rewards import score_completion
@@ -197,7 +197,7 @@ class Engine:
         spec = ctx.spec
         self.ctx, self.cfg, self.spec = ctx, cfg, spec
         self.device = ctx.device
-        self.tokenizer = load_tokenizer(ctx.init_model_dir)
+        self.tokenizer = ctx.starting_tokenizer()
         self.tokenizer.padding_side = "left"
         self.lora = spec.train.lora.enabled
         self.actor = load_causal_lm(ctx.init_model_dir, spec.model, ctx.device, trained=True)

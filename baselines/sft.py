@@ -12,9 +12,8 @@ from trl import SFTConfig, SFTTrainer
 
 from baselines.common import curves_from_log_history, matched_training_args, run_trainer
 from bench.execution.context import RunContext, TrainOutcome
-from bench.task.data import tokenizer_corpus
 from bench.task.lengths import check_loss, model_context, sft_budget
-from bench.model.loading import initial_model_source, load_causal_lm, load_tokenizer
+from bench.model.loading import load_causal_lm
 from bench.results import curve_names
 from bench.task.problems import format_target
 
@@ -28,9 +27,8 @@ CURVE_NAMES = curve_names({"loss": "loss", "learning_rate": "learning_rate", "me
 def train(ctx: RunContext) -> TrainOutcome:
     """SFT the initial model on (prompt, worked solution) pairs; save it to RUN_DIR/model."""
     spec, ws = ctx.spec, ctx.spec.warm_start
-    corpus = tokenizer_corpus(spec) if spec.model.source == "tiny" else []
-    source = initial_model_source(spec, corpus)
-    tokenizer = load_tokenizer(source)
+    source = ctx.model_source  # the initial model, resolved once by the worker
+    tokenizer = ctx.starting_tokenizer()
     policy = load_causal_lm(source, spec.model, ctx.device)
     save_dir = ctx.run_dir / "model"
     log_history: list[dict] = []

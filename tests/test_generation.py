@@ -150,6 +150,7 @@ def test_sampling_is_identical_with_and_without_the_model_generation_config(fold
 
 def test_sample_pool_records_its_generation_settings(folders: dict[str, Path], tmp_path: Path) -> None:
     from bench.execution import sample_pool
+    from bench.model.loading import load_tokenizer
     from bench.telemetry import Telemetry
 
     spec = _spec(["sample_pool.prompts=2", "sample_pool.samples_per_prompt=2", "sample_pool.batch_size=2",
@@ -158,7 +159,7 @@ def test_sample_pool_records_its_generation_settings(folders: dict[str, Path], t
     with Telemetry("cpu", interval_s=0.05, warmup_steps=0) as tel:
         ctx = RunContext(spec=spec, method="sample_pool", method_spec=None, seed=0, run_dir=tmp_path, device="cpu",
                          init_model_dir=folders["leaky"], train_rows=rows, telemetry=tel,
-                         progress=lambda *a: None)
+                         progress=lambda *a: None, tokenizer=load_tokenizer(folders["leaky"]))
         outcome = sample_pool.train(ctx)
     recorded = outcome.settings["generation"]
     assert recorded == sampling_settings(spec, outcome.tokenizer, eos_token_ids(outcome.policy, outcome.tokenizer),

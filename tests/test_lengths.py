@@ -186,7 +186,7 @@ def test_reward_model_stage_keeps_every_long_pair(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(reward_model, "RewardTrainer", RecordingRewardTrainer)
     ctx = RunContext(spec=spec, method="reward_model", method_spec=None, seed=0, run_dir=tmp_path / "run",
                      device="cpu", init_model_dir=model_dir, train_rows=[], telemetry=Telemetry("cpu", enabled=False),
-                     progress=lambda *a: None, pool_path=pool_path)
+                     progress=lambda *a: None, pool_path=pool_path, tokenizer=load_tokenizer(model_dir))
     outcome = reward_model.train(ctx)
     lengths = outcome.metrics["lengths"]
     assert lengths["dropped"] == 0 and lengths["truncated"] == 0

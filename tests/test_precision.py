@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.model.loading import load_tokenizer
 from bench.execution.context import RunContext
 from bench.config.spec import Spec
 from bench.telemetry import Telemetry, account_networks
@@ -55,7 +56,7 @@ def _context(spec: Spec, method: str, init_dir: Path, run_dir: Path) -> tuple[Ru
     telemetry = Telemetry("cpu", enabled=True, warmup_steps=0, track_training_change=True)
     ctx = RunContext(spec=spec, method=method, method_spec=spec.methods[method], seed=0, run_dir=run_dir,
                      device="cpu", init_model_dir=init_dir, train_rows=_rows(40), telemetry=telemetry,
-                     progress=lambda *a: None)
+                     progress=lambda *a: None, tokenizer=load_tokenizer(init_dir))
     return ctx, telemetry
 
 

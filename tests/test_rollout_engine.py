@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.model.loading import load_tokenizer
 from baselines import grpo_engine, ppo
 from bench.execution.context import RunContext
 from bench.config.spec import Spec
@@ -140,7 +141,7 @@ def _context(tmp_path: Path, model_dirs: tuple[Path, Path], method: str, method_
     progress: list[tuple[int, int]] = []
     ctx = RunContext(
         spec=spec, method=method, method_spec=method_spec, seed=0, run_dir=tmp_path, device="cpu",
-        init_model_dir=policy_dir, train_rows=_rows(5), telemetry=FakeTelemetry(),
+        init_model_dir=policy_dir, train_rows=_rows(5), telemetry=FakeTelemetry(), tokenizer=load_tokenizer(policy_dir),
         progress=lambda step, total, metrics: progress.append((step, total)),
         reward_model_dir=rm_dir if getattr(method_spec, "reward", None) == "model" else None,
     )

@@ -30,8 +30,8 @@ def test_every_run_records_the_overlap_checks_before_training(tmp_path: Path, mo
     from bench.config.loading import load_spec
 
     monkeypatch.setattr(bench.telemetry, "capture_environment", lambda repo: {})
-    monkeypatch.setattr(worker, "load_run_tokenizer", lambda spec, inputs: _IdentityTokenizer())
-    monkeypatch.setattr(worker, "build_telemetry", lambda spec, kind: (_ for _ in ()).throw(_Stop()))
+    monkeypatch.setattr(worker, "resolve_model", lambda spec, inputs: ("unused", _IdentityTokenizer()))
+    monkeypatch.setattr(worker, "build_telemetry", lambda spec, kind, device: (_ for _ in ()).throw(_Stop()))
     job = {"spec": load_spec("cpu-quick").to_dict(), "kind": kind, "name": name, "seed": 0, "inputs": {}}
     result = empty_result(f"{name}-s0", kind, name, name, "suite", 0)
     with pytest.raises(_Stop):

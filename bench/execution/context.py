@@ -14,8 +14,9 @@ A method recipe in ``baselines/`` is one module that declares:
 - ``train(ctx: RunContext) -> TrainOutcome``.
 
 Shared stages (warm start, sample pool, reward model) are recipes too, with ``LABEL``, ``ENGINE`` and ``train``.
-The worker builds the context (model paths, data, telemetry), calls ``train`` and then evaluates and
-records the outcome. Recipes never time themselves: telemetry is attached from outside
+The worker resolves everything a run reads once — the device, the model source, the tokenizer, the matched rows —
+into the context, calls ``train`` and then evaluates and records the outcome. Recipes take those from the context
+and never resolve a setting again, so a run's data moves one way: worker -> context -> recipe. Recipes never time themselves: telemetry is attached from outside
 (``ctx.telemetry``), except the suite's own engine, which reports its phases directly.
 """
 
@@ -79,6 +80,19 @@ class RunContext:
     """Trained reward model (sequence classification, num_labels = 1), when the stage ran."""
     stage_outputs: dict[str, Any] = field(default_factory=dict)
     """Extra outputs of earlier stages, by stage name."""
+    tokenizer: Any = None
+    """The starting checkpoint's tokenizer (left padding), loaded once by the worker; None only where a recipe
+    never tokenizes (config-mapping tests)."""
+    model_source: str | Path | None = None
+    """Where the policy's starting weights are: ``init_model_dir`` for a method, the initial model (a tiny model's
+    or a shipped architecture's folder, a hub id, a local folder) for the warm start; resolved once by the worker."""
+
+    def starting_tokenizer(self) -> Any:
+        """``tokenizer``, or a one-line error naming the missing set-up (a context built without one)."""
+        if self.tokenizer is None:
+            raise RuntimeError(f"{self.method}: the run context has no tokenizer; the worker loads it once "
+                               f"(bench.execution.worker.resolve_inputs) and passes it in")
+        return self.tokenizer
 
 
 @dataclass

@@ -20,7 +20,7 @@ import torch
 
 from bench.execution.context import RunContext, TrainOutcome
 from bench.model.generation import completion_length, eos_token_ids, generate, sampling_settings
-from bench.model.loading import load_causal_lm, load_tokenizer
+from bench.model.loading import load_causal_lm
 from bench.task.problems import format_target
 from bench.task.verifier import is_correct
 
@@ -98,7 +98,7 @@ def preference_pairs(pool: list[dict[str, Any]]) -> list[dict[str, str]]:
 def train(ctx: RunContext) -> TrainOutcome:
     """Sample the pool with the matched generation settings and write RUN_DIR/pool.jsonl."""
     spec, pool_spec = ctx.spec, ctx.spec.sample_pool
-    tokenizer = load_tokenizer(ctx.init_model_dir)
+    tokenizer = ctx.starting_tokenizer()
     policy = load_causal_lm(ctx.init_model_dir, spec.model, ctx.device).eval()
     rows = ctx.train_rows[: pool_spec.prompts]
     path = ctx.run_dir / POOL_FILE

@@ -344,6 +344,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     """The run's body: set up, train, account, evaluate, and fill ``result`` (each step is one function)."""
     # Heavy imports happen inside these functions, in the worker process only.
     from bench.config.loading import load_spec_dict
+    from bench.model.loading import resolve_device
     from bench.telemetry import account_networks, capture_environment
     from bench.telemetry.trl_hooks import seam_record
 
@@ -351,19 +352,18 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
 
     spec = load_spec_dict(job["spec"])
     configure_threads(spec, job["kind"])
+    device = resolve_device(spec)
     if launch.launched():  # join the ranks before any model is placed (each rank on its own GPU)
-        from bench.model.loading import resolve_device
-
-        launch.init_process_group(resolve_device(spec))
+        launch.init_process_group(device)
     seed_everything(job["seed"])
     inputs = job_inputs(job)
     result["environment"] = capture_environment(Path(job.get("repo_dir") or "."))
     if launch.launched():
         result["environment"]["launcher"] = launch.launcher_environment(spec)
-    tokenizer = load_run_tokenizer(spec, inputs)
+    model_source, tokenizer = resolve_model(spec, inputs)
     train_rows, test_rows, checks = load_rows(spec, tokenizer, job["seed"])
     result["data_checks"] = checks  # the held-out split's overlap checks (0 expected), recorded for every run
-    telemetry = build_telemetry(spec, job["kind"])
+    telemetry = build_telemetry(spec, job["kind"], device)
     live["telemetry"] = telemetry  # its readings describe a failure too
     announce_phases(telemetry)  # the runner records the last phase of a worker killed from outside
     if job.get("sweep"):  # a sweep point: its prediction (before training, so a failure keeps it), the OOM hook
@@ -371,7 +371,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
 
         prepare_point(job, spec, result, telemetry, tokenizer, train_rows)
     with telemetry, failure_phase(telemetry, live):
-        ctx = build_context(job, spec, run_dir, inputs, train_rows, telemetry)
+        ctx = build_context(job, spec, run_dir, inputs, train_rows, telemetry, device, model_source, tokenizer)
         outcome = train_recipe(job["name"], ctx, telemetry)
         networks = account_networks(outcome.networks, outcome.optimizers)
         # eval.enabled false (systems runs on random weights): no accuracy, so result["accuracy"] stays empty.
@@ -414,16 +414,22 @@ def job_inputs(job: dict[str, Any]) -> dict[str, Path | None]:
     return {k: Path(v) if v else None for k, v in job.get("inputs", {}).items()}
 
 
-def load_run_tokenizer(spec: Any, inputs: dict[str, Path | None]) -> Any:
-    """The starting checkpoint's tokenizer; for the warm start itself, the initial model's."""
-    from bench.model.loading import initial_model_source, load_tokenizer
+def resolve_model(spec: Any, inputs: dict[str, Path | None]) -> tuple[str | Path, Any]:
+    """(model source, tokenizer), resolved once for the whole run (with the device: the context's inputs).
 
-    if inputs.get("init_model_dir"):
-        return load_tokenizer(inputs["init_model_dir"])
+    The model source is the starting checkpoint a method reads, or for the warm start itself the initial model
+    (the tiny model and its tokenizer are built here, from the task's tokenizer corpus); the tokenizer is that
+    source's, left-padded.
+    """
+    from bench.model.loading import initial_model_source, load_tokenizer
     from bench.task.data import tokenizer_corpus
 
-    corpus = tokenizer_corpus(spec) if spec.model.source == "tiny" else []
-    return load_tokenizer(initial_model_source(spec, corpus))
+    source: str | Path
+    if inputs.get("init_model_dir"):
+        source = inputs["init_model_dir"]
+    else:
+        source = initial_model_source(spec, tokenizer_corpus(spec) if spec.model.source == "tiny" else [])
+    return source, load_tokenizer(source)
 
 
 def load_rows(spec: Any, tokenizer: Any, seed: int
@@ -435,28 +441,27 @@ def load_rows(spec: Any, tokenizer: Any, seed: int
     return matched_data(spec, tokenizer, seed)
 
 
-def build_telemetry(spec: Any, kind: str) -> Any:
+def build_telemetry(spec: Any, kind: str, device: str) -> Any:
     """The run's Telemetry; method runs also snapshot their trainable weights (evidence training moved them)."""
-    from bench.model.loading import resolve_device
     from bench.telemetry import Telemetry
 
     tel = spec.telemetry
-    return Telemetry(resolve_device(spec), interval_s=tel.sample_interval_ms / 1000.0, enabled=tel.enabled,
+    return Telemetry(device, interval_s=tel.sample_interval_ms / 1000.0, enabled=tel.enabled,
                      warmup_steps=tel.warmup_steps, track_training_change=kind == "method")
 
 
 def build_context(job: dict[str, Any], spec: Any, run_dir: Path, inputs: dict[str, Path | None],
-                  train_rows: list[dict[str, str]], telemetry: Any) -> Any:
-    """The RunContext the recipe trains from."""
+                  train_rows: list[dict[str, str]], telemetry: Any, device: str, model_source: str | Path,
+                  tokenizer: Any) -> Any:
+    """The RunContext the recipe trains from: everything resolved once, here."""
     from bench.execution.context import RunContext
-    from bench.model.loading import resolve_device
 
     return RunContext(
         spec=spec, method=job["name"], method_spec=spec.methods.get(job["name"]),
-        seed=job["seed"], run_dir=run_dir, device=resolve_device(spec), init_model_dir=inputs.get("init_model_dir"),
+        seed=job["seed"], run_dir=run_dir, device=device, init_model_dir=inputs.get("init_model_dir"),
         train_rows=train_rows, telemetry=telemetry, pool_path=inputs.get("pool_path"),
         progress=emit_progress if is_main_rank() else _no_progress,  # one progress line per step, from rank 0
-        reward_model_dir=inputs.get("reward_model_dir"),
+        reward_model_dir=inputs.get("reward_model_dir"), tokenizer=tokenizer, model_source=model_source,
     )
 
 
