@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 from bench.execution.context import RunContext
 from bench.model.loading import load_causal_lm
-from bench.model.precision import autocast_dtype, precision_policy
+from bench.model.precision import autocast_dtype, lora_roles, precision_policy
 from bench.config.spec import Spec
 
 
@@ -50,7 +50,7 @@ def matched_training_args(spec: Spec, ctx: RunContext, *, max_steps: int, learni
         "warmup_steps": spec.train.warmup_steps,
         "weight_decay": spec.train.weight_decay,
         "max_grad_norm": spec.train.max_grad_norm,
-        "optim": "adamw_torch",
+        "optim": TRL_OPTIM[adamw_implementation(ctx.device)],
         "bf16": autocast_dtype(spec.model.dtype) == "bfloat16",
         "fp16": False,
         "use_cpu": on_cpu,
@@ -63,6 +63,20 @@ def matched_training_args(spec: Spec, ctx: RunContext, *, max_steps: int, learni
         "disable_tqdm": True,  # the suite prints its own progress lines
         "dataloader_num_workers": 0,
     }
+
+
+ADAMW_KWARGS: dict[str, dict[str, Any]] = {"fused": {"fused": True}, "default": {}}
+"""torch.optim.AdamW keyword arguments of each implementation (:func:`adamw_implementation`)."""
+TRL_OPTIM = {"fused": "adamw_torch_fused", "default": "adamw_torch"}
+"""The TrainingArguments ``optim`` of each implementation: the same torch AdamW as the engine's."""
+
+
+def adamw_implementation(device: str) -> str:
+    """Which torch AdamW kernel updates parameters whose optimizer state lives on ``device``: 'fused' on CUDA (one
+    kernel per parameter group; torch's default foreach implementation there holds a temporary as large as all
+    parameters at the step, 28 GiB at 7B), 'default' elsewhere (torch's own choice: the for-loop on a CPU, which
+    holds no such temporary). The engine and TRL's trainers use the same one."""
+    return "fused" if str(device).startswith("cuda") else "default"
 
 
 def micro_batching(total: int, micro_batch_size: int) -> tuple[int, int]:
@@ -101,7 +115,9 @@ def lora_config(spec: Spec, task_type: str | None = "CAUSAL_LM") -> Any:
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+    # No adapter dropout: TRL's trainers switch every dropout off after wrapping the model (disable_dropout_in_model)
+    # and the engine runs without dropout, so a dropout setting would do nothing anywhere.
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=0.0,
                       target_modules=lora_target_modules(spec), task_type=task_type)
 
 
@@ -119,28 +135,48 @@ def add_lora(model: Any, spec: Spec, task_type: str | None = "CAUSAL_LM") -> Any
     return get_peft_model(model, lora_config(spec, task_type))
 
 
+def load_policy_weights(path: Any, spec: Spec, device: str) -> Any:
+    """The policy's weights from ``path`` as the precision policy stores a trained actor: float32 master weights,
+    or under LoRA (train.lora.enabled) a frozen base in the spec's dtype (bf16 under a bfloat16 spec; its adapters
+    are float32). The embeddings are hooked for the one compute numerics (bench.model.numerics.fp32_residual_stream),
+    so a bf16 base computes as its float32 copy would. No adapters are added here."""
+    from bench.model.numerics import fp32_residual_stream
+
+    return fp32_residual_stream(load_causal_lm(path, spec.model, device, trained=not spec.train.lora.enabled))
+
+
+def load_actor(path: Any, spec: Spec, device: str) -> Any:
+    """The suite engine's actor: :func:`load_policy_weights`, wrapped with train.lora's adapters when on."""
+    policy = load_policy_weights(path, spec, device)
+    return add_lora(policy, spec) if spec.train.lora.enabled else policy
+
+
 def load_initial_policy(ctx: RunContext) -> tuple[Any, Any]:
-    """(policy, tokenizer) from the shared starting checkpoint; the policy in float32 (it is trained)."""
+    """(policy, tokenizer) from the shared starting checkpoint for a TRL trainer (which adds any LoRA adapters
+    itself from ``lora_config``): float32 (it is trained), or a frozen bf16 base under LoRA."""
     assert ctx.init_model_dir is not None, "the warm_start stage provides the starting checkpoint"
     tokenizer = ctx.starting_tokenizer()
-    policy = load_causal_lm(ctx.init_model_dir, ctx.spec.model, ctx.device, trained=True)
-    return policy, tokenizer
+    return load_policy_weights(ctx.init_model_dir, ctx.spec, ctx.device), tokenizer
 
 
 def load_reference(ctx: RunContext) -> Any:
-    """The frozen reference: the starting checkpoint stored in the spec's dtype (bench.model.precision)."""
+    """The frozen reference: the starting checkpoint stored in the spec's dtype (bench.model.precision), computing
+    in the actor's numerics (bench.model.numerics: under the trainer's autocast its log-probs at the first step
+    equal the float32 actor's exactly)."""
+    from bench.model.numerics import fp32_residual_stream
+
     model = load_causal_lm(ctx.init_model_dir, ctx.spec.model, ctx.device)
     model.eval()
     model.requires_grad_(False)
-    return model
+    return fp32_residual_stream(model)
 
 
 def trl_precision(spec: Spec, networks: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The precision policy recorded for a TRL run, checked against the live modules' storage dtypes."""
-    policy = precision_policy(spec.model.dtype, tuple(networks))
+    policy = precision_policy(spec.model.dtype, tuple(networks), lora_roles=lora_roles(spec.train.lora))
     for role, net in networks.items():
         stored = str(next(net.parameters()).dtype).replace("torch.", "")
-        if policy[role]["storage"] != stored:  # e.g. a LoRA base stored differently: record what is there
+        if policy[role]["storage"] != stored:  # a network stored otherwise than the policy says: record what is there
             policy[role] = {**policy[role], "storage": stored}
     return policy
 

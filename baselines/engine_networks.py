@@ -19,7 +19,10 @@ class ValueModel(nn.Module):
     """A critic: a transformer backbone (no LM head) plus a scalar value head.
 
     ``hidden(...)`` -> (b, L, H); ``values(hidden)`` turns hidden states (b, T, H) into values (b, T) in reward
-    units. The head is float32 whatever the backbone's dtype (values and returns are small regressions).
+    units. The head is float32 whatever the backbone's dtype (values and returns are small regressions), and it
+    computes in float32 under autocast too: ``values`` switches autocast off for it, so one process (which calls
+    ``values`` outside the backbone's autocast) and DDP (which runs ``forward``, head included, inside it) give the
+    same values.
     """
 
     def __init__(self, backbone: nn.Module, hidden_size: int) -> None:
@@ -38,8 +41,9 @@ class ValueModel(nn.Module):
         return out.last_hidden_state
 
     def values(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Shape: (b, T, H) -> (b, T)."""
-        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
+        """Shape: (b, T, H) -> (b, T) float32, autocast or not."""
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                 completion_length: int) -> torch.Tensor:
@@ -72,15 +76,21 @@ def build_critic(ctx: RunContext, init: str, lora: bool = False) -> ValueModel:
 
     init 'policy': the policy checkpoint's base model (LM head dropped), a fresh head.
     init 'reward_model': the reward model's base model, and its score head copied into the value head.
-    lora: the backbone gets train.lora's adapters and its own weights are frozen; the value head is trained in full.
+    lora: the backbone gets train.lora's adapters and its own weights are frozen, so they are stored as a frozen
+    network is (bf16 under a bfloat16 spec, bench.model.precision); the adapters and the value head are float32 and
+    trained.
     """
     from transformers import AutoModel
 
+    from bench.model.loading import torch_dtype
+    from bench.model.precision import storage_dtype
+
+    dtype = storage_dtype(ctx.spec.model.dtype, trained=not lora)
     if init == "policy":
-        backbone = AutoModel.from_pretrained(str(ctx.init_model_dir), dtype=torch.float32)
+        backbone = AutoModel.from_pretrained(str(ctx.init_model_dir), dtype=torch_dtype(dtype))
         critic = ValueModel(backbone, backbone.config.hidden_size)
     else:
-        reward_model = load_sequence_classifier(ctx.reward_model_dir, "float32", "cpu", trained=True)
+        reward_model = load_sequence_classifier(ctx.reward_model_dir, ctx.spec.model.dtype, "cpu", trained=not lora)
         backbone = getattr(reward_model, reward_model.base_model_prefix)
         critic = ValueModel(backbone, backbone.config.hidden_size)
         with torch.no_grad():

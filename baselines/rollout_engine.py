@@ -18,7 +18,13 @@ RLHF with PPO"; TRL's GRPOTrainer):
   that sampled the token. Every forward passes ``position_ids`` from the attention mask, so left-padded prompts
   see the positions they had in ``generate``. Dropout is off in every network: the first update's ratio is 1.
 - Precision (``bench.model.precision``): the actor and critic are stored in float32 and run under bf16 autocast when
-  ``model.dtype`` is bfloat16; the reference and reward model are stored in ``model.dtype``.
+  ``model.dtype`` is bfloat16; the reference and reward model (and under LoRA the frozen bases) are stored in
+  ``model.dtype``. Every network computes in one numerics (``bench.model.numerics``: autocast with a float32
+  residual stream), so the bf16 reference's log-probs equal the float32 actor's before the first update (KL 0).
+  Generation under autocast keeps a float32 K cache (RoPE promotes the keys to the float32 residual stream's dtype)
+  and a bf16 V cache; the memory model counts it that way.
+- AdamW: fused on CUDA (no temporary the size of all parameters at the step), torch's default elsewhere
+  (``baselines.common.adamw_implementation``, the same choice as TRL's ``optim``).
 - Memory: every forward runs ``train.micro_batch_size`` sequences at a time; log-probs and entropies are taken
   a few sequences at a time in float32 (``rl_math.logprobs_from_logits``), never as a float32 copy of the whole
   (b, T, V) logits. The minibatch loss is a sum over micro-batches of per-token losses times weights computed
@@ -74,9 +80,11 @@ from bench.task.data import prompts_for_steps
 from bench.errors import SpecError
 from bench.model.generation import eos_token_ids, generate, sampling_settings
 from bench.model.loading import load_causal_lm, load_sequence_classifier, torch_dtype
-from bench.model.precision import autocast_dtype, precision_policy, with_shared_reference
+from bench.model.numerics import fp32_residual_stream
+from bench.model.precision import autocast_dtype, lora_roles, precision_policy, with_shared_reference
 from bench.telemetry.monitors import completion_monitors
 from bench.task.rewards import score_completion
+from baselines.common import ADAMW_KWARGS, adamw_implementation, load_actor
 from baselines.engine_networks import AdapterOffReference, build_critic, disable_dropout, freeze
 
 
@@ -200,11 +208,7 @@ class Engine:
         self.tokenizer = ctx.starting_tokenizer()
         self.tokenizer.padding_side = "left"
         self.lora = spec.train.lora.enabled
-        self.actor = load_causal_lm(ctx.init_model_dir, spec.model, ctx.device, trained=True)
-        if self.lora:
-            from baselines.common import add_lora
-
-            self.actor = add_lora(self.actor, spec)
+        self.actor = load_actor(ctx.init_model_dir, spec, ctx.device)
         self.reference: nn.Module | None = None
         if kl_coef > 0:  # with LoRA: the actor's base, adapters off (no copy); else a frozen copy
             self.reference = (AdapterOffReference(self.actor) if self.lora
@@ -217,6 +221,11 @@ class Engine:
         for net in (self.actor, self.reference, self.critic, self.reward_model):
             if net is not None:
                 disable_dropout(net)
+        # One compute numerics (bench.model.numerics): a bf16-stored network (the reference, the reward model, a
+        # LoRA base) computes under autocast exactly as its float32 copy, so the first KL is 0.
+        for net in (self.actor, self.reference, self.reward_model, self.critic and self.critic.backbone):
+            if net is not None:
+                fp32_residual_stream(net)
         if spec.train.gradient_checkpointing:
             self.actor.gradient_checkpointing_enable()
             if self.critic is not None:
@@ -226,14 +235,17 @@ class Engine:
         self.generation = sampling_settings(spec, self.tokenizer, self.eos_ids, greedy=False)
         self.prompts = prompts_for_steps(ctx.train_rows, spec.train.steps, spec.train.prompts_per_step)
         self.learning_rate = cfg.resolved_learning_rate(spec)
+        self.rank, self.world_size = launch.rank(), launch.world_size()
+        self.zero = launcher.engine_zero(spec) if self.world_size > 1 else None
+        """The ZeRO settings the trained networks are sharded with (bench.config.launcher.engine_zero), None: DDP or one process."""
+        offload = (self.zero or {}).get("offload_optimizer_device") or "none"
+        self.adamw = adamw_implementation(self.device if offload == "none" else offload)
+        """'fused' or 'default' (see adamw_implementation): where the optimizer state lives decides."""
         self.optimizers = {"actor": self._adamw(self.actor, self.learning_rate)}
         if self.critic is not None:
             self.optimizers["critic"] = self._adamw(self.critic, critic_learning_rate or self.learning_rate)
         self.schedulers = [self._schedule(opt) for opt in self.optimizers.values()]
         self.micro_batch_size = spec.train.micro_batch_size
-        self.rank, self.world_size = launch.rank(), launch.world_size()
-        self.zero = launcher.engine_zero(spec) if self.world_size > 1 else None
-        """The ZeRO settings the trained networks are sharded with (bench.config.launcher.engine_zero), None: DDP or one process."""
         self.ddp = self._data_parallel() if self.zero is None else {}
         self.deepspeed = self._deepspeed() if self.zero is not None else {}
         """Role -> DeepSpeed engine of the trained networks (actor, critic) under ZeRO; empty otherwise."""
@@ -334,15 +346,12 @@ class Engine:
         if state is None:
             return None
         if role == "actor":
-            whole = load_causal_lm(self.ctx.init_model_dir, self.spec.model, self.device, trained=True)
-            if self.lora:
-                from baselines.common import add_lora
-
-                whole = add_lora(whole, self.spec)
+            whole = load_actor(self.ctx.init_model_dir, self.spec, self.device)
         else:
             whole = build_critic(self.ctx, self.critic_init, lora=self.lora and self.spec.train.lora.critic)
         whole.load_state_dict(state)
         disable_dropout(whole)
+        fp32_residual_stream(whole if role == "actor" else whole.backbone)
         return whole
 
     def _through_ddp(self, model: nn.Module) -> nn.Module:
@@ -357,7 +366,8 @@ class Engine:
 
     def _adamw(self, model: nn.Module, lr: float) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=lr, weight_decay=self.spec.train.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.spec.train.weight_decay,
+                                 **ADAMW_KWARGS[self.adamw])
 
     def _schedule(self, optimizer: torch.optim.Optimizer) -> Any:
         from transformers import get_scheduler
@@ -637,8 +647,8 @@ class Engine:
         return out
 
     def _precision(self, roles: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-        """bench.model.precision's policy; a shared reference is held as the actor's (fp32) weights, not a bf16 copy."""
-        policy = precision_policy(self.spec.model.dtype, roles)
+        """bench.model.precision's policy; a shared reference is held as the actor's base weights, not a copy."""
+        policy = precision_policy(self.spec.model.dtype, roles, lora_roles=lora_roles(self.spec.train.lora))
         return with_shared_reference(policy) if isinstance(self.reference, AdapterOffReference) else policy
 
     def _deepspeed_outcome(self, networks: dict[str, nn.Module], optimizers: dict[str, torch.optim.Optimizer]
@@ -679,7 +689,8 @@ class Engine:
                     "cliprange": self.cfg.cliprange, "missing_eos_penalty": self.cfg.missing_eos_penalty,
                     "micro_batch_size": self.micro_batch_size or "whole minibatch",
                     "logprob_temperature": self.spec.generation.temperature, "lr_schedule_unit": "rollout step",
-                    "optimizers": "AdamW per network, grad clip per network",
+                    "optimizers": f"AdamW ({self.adamw}) per network, grad clip per network",
+                    "adamw_implementation": self.adamw,
                     "precision": self._precision(roles),
                     "generation": self.generation}
         networks, optimizers = self.networks, dict(self.optimizers)

@@ -153,19 +153,38 @@ def test_lora_specs_for_the_engine() -> None:
 
 
 def test_bf16_lora_reference_equals_the_untrained_actor(tmp_path, model_dirs):  # noqa: F811
-    """Under bf16 autocast the shared reference runs the actor's own fp32 base: at the first step (adapters' B at
-    0) its log-probs equal the actor's exactly, so the first KL is exactly 0 (a bf16 copy would differ a little)."""
+    """Under a bfloat16 spec the frozen LoRA base is stored in bf16 (half a float32 base; issue 21 item 10) and the
+    adapters in float32; the shared reference runs that same base: at the first step (adapters' B at 0) its
+    log-probs equal the actor's exactly, so the first KL is exactly 0."""
     ctx = _lora_context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config(missing_eos_penalty=1.0))
     ctx.spec.model.dtype = "bfloat16"
     ctx.spec.train.steps = 1
-    initial = _initial_weights(model_dirs[0])
+    initial = {k: v.to(torch.bfloat16) for k, v in _initial_weights(model_dirs[0]).items()}
     torch.manual_seed(0)
     outcome = grpo_engine.train(ctx)
     assert outcome.log_history[0]["kl"] == 0.0
-    base, _ = _split(dict(outcome.networks["actor"].named_parameters()), "base_model.model.")
+    base, adapters = _split(dict(outcome.networks["actor"].named_parameters()), "base_model.model.")
     _assert_base_unchanged(base, initial)
-    assert outcome.settings["precision"]["reference"]["storage"] == "float32"
-    assert outcome.settings["precision"]["reference"]["compute"] == "bfloat16 autocast"
+    assert {w.dtype for w in base.values()} == {torch.bfloat16}
+    assert adapters and {w.dtype for w in adapters.values()} == {torch.float32}
+    precision = outcome.settings["precision"]
+    assert precision["actor"] == {"storage": "bfloat16", "compute": "bfloat16 autocast", "optimizer_state": "float32",
+                                  "adapters": "float32"}
+    assert precision["reference"] == {"storage": "bfloat16", "compute": "bfloat16 autocast", "optimizer_state": None,
+                                      "shared_with": "actor"}
+
+
+def test_bf16_lora_critic_stores_its_base_in_bf16_and_trains_float32_adapters_and_head(tmp_path,
+                                                                                    model_dirs):  # noqa: F811
+    ctx = _lora_context(tmp_path, model_dirs, "ppo_verifier", ppo.Config(reward="verifier"))
+    ctx.spec.model.dtype = "bfloat16"
+    ctx.spec.train.steps = 1
+    outcome = ppo.train(ctx)
+    critic = outcome.networks["critic"]
+    frozen = {p.dtype for p in critic.parameters() if not p.requires_grad}
+    trained = {p.dtype for p in critic.parameters() if p.requires_grad}
+    assert frozen == {torch.bfloat16} and trained == {torch.float32}
+    assert outcome.settings["precision"]["critic"]["adapters"] == "float32"
 
 
 def test_dry_run_says_the_lora_reference_shares_the_actors_weights() -> None:
@@ -179,7 +198,7 @@ def test_dry_run_says_the_lora_reference_shares_the_actors_weights() -> None:
     lora = load_spec("cpu-quick", ["model.dtype=bfloat16", "train.lora.enabled=true"])
     for method in ("grpo_engine", "ppo", "grpo", "dpo"):
         line = describe_method(lora, method)[0]
-        assert line.startswith("networks: actor float32 weights, bfloat16 autocast"), line
-        assert "reference = actor's base with adapters disabled (its float32 weights, shared: no copy)" in line
+        assert line.startswith("networks: actor bfloat16 base + float32 adapters, bfloat16 autocast"), line
+        assert "reference = actor's base with adapters disabled (its bfloat16 weights, shared: no copy)" in line
         assert "reference bfloat16" not in line
     assert "reward bfloat16 (frozen)" in describe_method(lora, "ppo")[0]  # the reward model stays its own copy

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.config import registry
-from bench.model.precision import describe_policy, precision_policy, with_shared_reference
+from bench.model.precision import describe_policy, lora_roles, precision_policy, with_shared_reference
 from bench.config.spec import Spec
 from bench.config.sweep import STAGE_KEYS, _label, expand, method_points
 from bench.config.rules import point_spec
@@ -56,7 +56,7 @@ def describe_method(spec: Spec, method: str) -> list[str]:
     """The dry run's lines for one method: networks and their precision, lengths, updates, micro-batch."""
     module, cfg = registry.recipe(method), spec.methods[method]
     roles = module.networks(spec, cfg)
-    policy = precision_policy(spec.model.dtype, roles)
+    policy = precision_policy(spec.model.dtype, roles, lora_roles=lora_roles(spec.train.lora))
     if spec.train.lora.enabled:  # every method's reference is then the actor's base, adapters off (no copy)
         policy = with_shared_reference(policy)
     lines = [f"networks: {describe_policy(policy)}",

@@ -1,0 +1,158 @@
+"""One compute numerics (bench.model.numerics, issue 20 / issue 21 item 2): a bf16-stored network under bf16 autocast
+with its embeddings hooked computes exactly as the float32-stored copy of the same (bf16-valued) weights, so the
+engine's bf16 reference gives KL exactly 0 before any update; the value head is float32 in one process and under
+DDP alike; AdamW's implementation is chosen from the device (issue 21 item 6).
+
+Tiny random models built in a temporary folder; no network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.model.numerics import actor_numerics, evaluation_precision, fp32_residual_stream
+from test_rollout_engine import _context, model_dirs  # noqa: F401 (model_dirs is a pytest fixture)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _tiny(kind: str, folder: Path) -> Path:
+    """A random Qwen2 or Llama saved in bf16 (the starting checkpoint's dtype under a bfloat16 spec)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}[kind]
+    config = config_cls(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=128, max_position_embeddings=128,
+                        tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    torch.manual_seed(0)
+    model_cls(config).to(torch.bfloat16).save_pretrained(folder)
+    return folder
+
+
+def _inputs() -> dict[str, torch.Tensor]:
+    torch.manual_seed(1)
+    ids = torch.randint(2, 300, (4, 20))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # a left-padded row
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_bf16_storage_with_the_hook_equals_float32_storage_under_autocast(kind, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder = _tiny(kind, tmp_path / kind)
+    fp32 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    bf16 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    inputs = _inputs()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = fp32(**inputs).logits
+        plain = bf16(**inputs).logits
+        fp32_residual_stream(bf16)
+        hooked = bf16(**inputs).logits
+    assert not torch.equal(plain, want)  # what the reference did before: a bf16 residual stream
+    assert torch.equal(hooked, want)  # bit for bit
+    # greedy generation too (the evaluation), through actor_numerics
+    prompt = {k: v[:, :8] for k, v in inputs.items() if k != "position_ids"}
+    with torch.no_grad(), actor_numerics(fp32, "bfloat16"):
+        a = fp32.generate(**prompt, do_sample=False, max_new_tokens=12, min_new_tokens=12, pad_token_id=0)
+    with torch.no_grad(), actor_numerics(bf16, "bfloat16"):
+        b = bf16.generate(**prompt, do_sample=False, max_new_tokens=12, min_new_tokens=12, pad_token_id=0)
+    assert torch.equal(a, b)
+
+
+def test_the_hook_does_nothing_without_autocast_and_is_added_once(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    bf16 = AutoModelForCausalLM.from_pretrained(_tiny("qwen2", tmp_path / "q"), dtype=torch.bfloat16).eval()
+    fp32_residual_stream(fp32_residual_stream(bf16))
+    assert len(bf16.get_input_embeddings()._forward_hooks) == 1
+    with torch.no_grad():
+        out = bf16.get_input_embeddings()(torch.tensor([[2, 3]]))
+    assert out.dtype == torch.bfloat16  # a float32 spec, or a library forward outside autocast: untouched
+
+
+def test_evaluation_precision_names_storage_and_compute(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder = _tiny("qwen2", tmp_path / "q")
+    fp32 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    assert evaluation_precision(fp32, "bfloat16") == {"storage": "float32",
+                                                      "compute": "bfloat16 autocast, float32 residual stream"}
+    assert evaluation_precision(fp32, "float32") == {"storage": "float32", "compute": "float32"}
+
+
+def _bf16_checkpoint(policy_dir: Path, out: Path) -> Path:
+    """The tests' fp32 policy saved in bf16, as the warm start saves the starting checkpoint under a bf16 spec."""
+    from transformers import AutoModelForCausalLM
+
+    from bench.model.loading import load_tokenizer
+
+    AutoModelForCausalLM.from_pretrained(policy_dir).to(torch.bfloat16).save_pretrained(out)
+    load_tokenizer(policy_dir).save_pretrained(out)
+    return out
+
+
+def test_engine_reference_kl_is_exactly_zero_at_lr_0_under_bf16(tmp_path, model_dirs):  # noqa: F811
+    """The control arm (lr 0) under the GPU preset's precision policy: a bf16-stored reference, a float32 actor under
+    bf16 autocast, micro-batches. The policy never moves, so every step's KL must be exactly 0 (it was about 1e-3 on
+    a real model with a bf16 residual stream in the reference)."""
+    from baselines import control
+
+    cfg = control.Config(enabled=True, missing_eos_penalty=1.0)
+    ctx = _context(tmp_path, model_dirs, "control", cfg)
+    ctx.init_model_dir = _bf16_checkpoint(model_dirs[0], tmp_path / "start")
+    ctx.spec.model.dtype = "bfloat16"
+    ctx.spec.train.micro_batch_size = 2
+    torch.manual_seed(0)
+    outcome = control.train(ctx)
+    assert next(outcome.networks["reference"].parameters()).dtype == torch.bfloat16
+    assert next(outcome.networks["actor"].parameters()).dtype == torch.float32
+    assert [point["kl"] for point in outcome.log_history] == [0.0] * len(outcome.log_history)
+    assert outcome.settings["precision"]["reference"]["compute"] == "bfloat16 autocast"
+
+
+def test_value_head_is_float32_in_one_process_and_through_the_ddp_forward(tmp_path, model_dirs):  # noqa: F811
+    """Engine.values calls the head outside the backbone's autocast with one process and ValueModel.forward (head
+    inside autocast) under DDP: both must give the same float32 values."""
+    from baselines.engine_networks import build_critic
+
+    ctx = _context(tmp_path, model_dirs, "ppo_verifier", None)
+    critic = build_critic(ctx, "policy")
+    inputs = _inputs()
+    inputs["input_ids"] = inputs["input_ids"] % 150
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = critic.hidden(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])
+            through_forward = critic(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], 6)
+        one_process = critic.values(hidden[:, -7:-1])
+    assert through_forward.dtype == one_process.dtype == torch.float32
+    assert torch.equal(through_forward, one_process)
+
+
+def test_adamw_is_fused_on_cuda_and_torchs_default_elsewhere(tmp_path, model_dirs):  # noqa: F811
+    from baselines import grpo_engine
+    from baselines.common import TRL_OPTIM, adamw_implementation, matched_training_args
+
+    assert adamw_implementation("cuda") == adamw_implementation("cuda:3") == "fused"
+    assert adamw_implementation("cpu") == "default"
+    assert TRL_OPTIM == {"fused": "adamw_torch_fused", "default": "adamw_torch"}
+    ctx = _context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config())
+    assert matched_training_args(ctx.spec, ctx, max_steps=1, learning_rate=0.0, batch_size=1)["optim"] == "adamw_torch"
+    ctx.device = "cuda"  # the mapping only: nothing is placed on the device
+    assert matched_training_args(ctx.spec, ctx, max_steps=1, learning_rate=0.0, batch_size=1)["optim"] == \
+        "adamw_torch_fused"
+    ctx.device = "cpu"
+    ctx.spec.train.steps = 1
+    outcome = grpo_engine.train(ctx)
+    assert outcome.settings["adamw_implementation"] == "default"
+    assert not outcome.optimizers["actor"].defaults.get("fused")
