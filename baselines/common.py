@@ -198,9 +198,19 @@ class ProgressCallback(TrainerCallback):
 
 
 def run_trainer(ctx: RunContext, trainer: Any, total_steps: int) -> None:
-    """Attach telemetry (from outside, see bench.telemetry.trl_hooks) and progress, then train."""
+    """Attach telemetry (from outside, see bench.telemetry.trl_hooks) and progress, then train.
+
+    A reference TRL built or prepared itself (GRPO builds it from the checkpoint in ``model_init_kwargs``' dtype;
+    DPO gets ours) is hooked for the one compute numerics (bench.model.numerics): TRL runs it inside accelerate's
+    autocast, where its bf16 weights then give exactly the float32 actor's log-probs before the first update (KL 0,
+    DPO's implicit rewards 0). Under DeepSpeed TRL runs policy and reference in DeepSpeed's bf16 (no autocast: the
+    hook does nothing), both from the same bf16 values, so they agree at the first step there too."""
+    from bench.model.numerics import fp32_residual_stream
     from bench.telemetry import instrument_trl_trainer
 
+    reference = getattr(trainer, "ref_model", None)
+    if reference is not None:
+        fp32_residual_stream(trainer.accelerator.unwrap_model(reference))
     instrument_trl_trainer(trainer, ctx.telemetry)
     trainer.add_callback(ProgressCallback(ctx, total_steps))
     trainer.train()

@@ -3,9 +3,18 @@
 The tiny random-init model cannot answer anything, and RL from zero reward learns nothing; a short SFT
 gives it a non-zero starting accuracy. The checkpoint saved here is the one every method starts from.
 With ``warm_start.enabled: false`` (instruct models) the initial model is saved unchanged.
+
+Precision: the SFT trains float32 master weights (under bf16 autocast with a bfloat16 spec), as every trained
+network does (bench.model.precision). The checkpoint is saved in the frozen networks' dtype (bf16 under a bfloat16
+spec), so the reference's bf16 copy holds exactly the values the actor starts from. The "before" score of every
+method is this stage's evaluation of that saved checkpoint, loaded as every method loads its actor (float32) and
+scored in the one evaluation numerics (bench.model.numerics), never of the in-memory trained weights.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
@@ -13,7 +22,8 @@ from trl import SFTConfig, SFTTrainer
 from baselines.common import curves_from_log_history, matched_training_args, run_trainer
 from bench.execution.context import RunContext, TrainOutcome
 from bench.task.lengths import check_loss, model_context, sft_budget
-from bench.model.loading import load_causal_lm
+from bench.model.loading import load_causal_lm, torch_dtype
+from bench.model.precision import storage_dtype
 from bench.results import curve_names
 from bench.task.problems import format_target
 
@@ -29,7 +39,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     spec, ws = ctx.spec, ctx.spec.warm_start
     source = ctx.model_source  # the initial model, resolved once by the worker
     tokenizer = ctx.starting_tokenizer()
-    policy = load_causal_lm(source, spec.model, ctx.device)
+    policy = load_causal_lm(source, spec.model, ctx.device, trained=ws.enabled)
     save_dir = ctx.run_dir / "model"
     log_history: list[dict] = []
     steps = 0
@@ -48,11 +58,23 @@ def train(ctx: RunContext) -> TrainOutcome:
         policy = trainer.model
         steps = trainer.state.global_step
         log_history = curves_from_log_history(trainer.state.log_history, CURVE_NAMES)
-    policy.save_pretrained(save_dir)
-    tokenizer.save_pretrained(save_dir)
+        del trainer  # its optimizer state goes before the start is reloaded
+    save_start(policy, tokenizer, save_dir, spec.model.dtype)
+    del policy
+    # What every method loads as its actor (float32), so the start is scored as each method's "after" is.
+    policy = load_causal_lm(save_dir, spec.model, ctx.device, trained=True)
     return TrainOutcome(
         policy=policy, tokenizer=tokenizer, networks={"actor": policy}, log_history=log_history, steps=steps,
         settings={"steps": ws.steps if ws.enabled else 0, "batch_size": ws.batch_size,
                   "learning_rate": ws.learning_rate, "source": source},
         metrics=metrics, save_dir=save_dir,
     )
+
+
+def save_start(policy: Any, tokenizer: Any, save_dir: Path, model_dtype: str) -> None:
+    """Save the starting checkpoint in the frozen networks' dtype (``storage_dtype(model_dtype, trained=False)``:
+    bf16 under a bfloat16 spec). Every method's float32 actor then starts from bf16 values, which its bf16
+    reference holds exactly (KL 0 at the first step)."""
+    policy.to(torch_dtype(storage_dtype(model_dtype, trained=False)))
+    policy.save_pretrained(save_dir)
+    tokenizer.save_pretrained(save_dir)

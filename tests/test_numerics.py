@@ -156,3 +156,62 @@ def test_adamw_is_fused_on_cuda_and_torchs_default_elsewhere(tmp_path, model_dir
     outcome = grpo_engine.train(ctx)
     assert outcome.settings["adamw_implementation"] == "default"
     assert not outcome.optimizers["actor"].defaults.get("fused")
+
+
+def _trl_context(tmp_path: Path, policy_dir: Path, method: str):
+    """A bfloat16 spec at learning rate 0 for a TRL method, on the bf16 start checkpoint."""
+    from bench.config.loading import load_spec_dict
+    from bench.config.spec import Spec
+    from bench.execution.context import RunContext
+    from bench.model.loading import load_tokenizer
+    from bench.telemetry import Telemetry
+    from test_rollout_engine import _rows
+
+    spec = Spec()
+    spec.model.dtype = "bfloat16"
+    spec.train.steps, spec.train.prompts_per_step, spec.train.group_size = 2, 2, 4
+    spec.train.learning_rate, spec.train.log_every, spec.train.kl_beta = 0.0, 1, 0.04
+    spec.generation.max_new_tokens = 8
+    spec.reward.length_threshold, spec.reward.length_penalty = 0, 0.01  # rewards vary: non-zero advantages
+    spec = load_spec_dict(spec.to_dict())
+    spec.methods[method].learning_rate = 0.0
+    start = _bf16_checkpoint(policy_dir, tmp_path / "start")
+    ctx = RunContext(spec=spec, method=method, method_spec=spec.methods[method], seed=0, run_dir=tmp_path / "run",
+                     device="cpu", init_model_dir=start, train_rows=_rows(8),
+                     telemetry=Telemetry("cpu", enabled=False), progress=lambda *a: None,
+                     tokenizer=load_tokenizer(start))
+    return ctx
+
+
+def test_trl_grpo_reference_kl_is_zero_at_lr_0_under_bf16(tmp_path, model_dirs):  # noqa: F811
+    """TRL builds GRPO's reference itself (bf16, from the checkpoint); run_trainer hooks it, so at lr 0 under
+    accelerate's bf16 autocast every logged KL is exactly 0."""
+    from baselines import grpo
+
+    ctx = _trl_context(tmp_path, model_dirs[0], "grpo")
+    with ctx.telemetry:
+        outcome = grpo.train(ctx)
+    assert next(outcome.networks["reference"].parameters()).dtype == torch.bfloat16
+    kls = [point["kl"] for point in outcome.log_history if "kl" in point]
+    assert kls and kls == [0.0] * len(kls)
+
+
+def test_trl_dpo_implicit_rewards_are_zero_at_lr_0_under_bf16(tmp_path, model_dirs):  # noqa: F811
+    """DPO's implicit rewards are beta x (policy - reference) log-probs: 0 exactly when the bf16 reference computes
+    in the float32 actor's numerics."""
+    import json
+
+    from baselines import dpo
+    from bench.execution.sample_pool import pool_entry
+
+    ctx = _trl_context(tmp_path, model_dirs[0], "dpo")
+    ctx.pool_path = tmp_path / "pool.jsonl"
+    with open(ctx.pool_path, "w", encoding="utf-8") as handle:
+        for row in ctx.train_rows:
+            entry = pool_entry(row, [f"<answer>{row['answer']}</answer>", "<answer>0</answer>"], [True, False],
+                               "verifier")
+            handle.write(json.dumps(entry) + "\n")
+    with ctx.telemetry:
+        outcome = dpo.train(ctx)
+    rewards = [(p["chosen_reward"], p["rejected_reward"]) for p in outcome.log_history if "chosen_reward" in p]
+    assert rewards and all(chosen == 0.0 and rejected == 0.0 for chosen, rejected in rewards)

@@ -517,10 +517,14 @@ def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], te
     """Greedy evaluation of the trained policy on the held-out rows, timed as phase 'evaluation'.
 
     The questions are asked in ``spec.eval.prompt_style`` (bench.task.prompts; training used the tags prompt); the
-    returned dict is bench.scoring.evaluation.evaluate's plus 'prompt_style'.
+    returned dict is bench.scoring.evaluation.evaluate's plus 'prompt_style' and 'precision'. Every policy — the
+    warm start's checkpoint, every method, every seed — is scored in the one evaluation numerics
+    (bench.model.numerics.actor_numerics: bf16 autocast with a float32 residual stream under a bfloat16 spec, float32
+    otherwise), recorded as 'precision' (bench.model.numerics.evaluation_precision).
     """
     from bench.scoring.evaluation import evaluate
     from bench.model.generation import eos_token_ids, sampling_settings
+    from bench.model.numerics import actor_numerics, evaluation_precision
     from bench.task.prompts import styled_rows
 
     # Explicit settings, built from the spec alone (not from the model's generation_config), so that every
@@ -529,10 +533,11 @@ def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], te
                                  greedy=True)
     style = spec.eval.prompt_style
     rows = styled_rows(test_rows, outcome.tokenizer, style, spec.model.use_chat_template)
-    with telemetry.phase("evaluation"):
+    with telemetry.phase("evaluation"), actor_numerics(outcome.policy, spec.model.dtype):
         evaluation = evaluate(outcome.policy, outcome.tokenizer, rows, spec.eval.max_new_tokens,
                               spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
-    return {**evaluation, "prompt_style": style}
+    return {**evaluation, "prompt_style": style,
+            "precision": evaluation_precision(outcome.policy, spec.model.dtype)}
 
 
 # -- the result -----------------------------------------------------------------------------------
@@ -568,9 +573,24 @@ def assemble_evaluation(result: dict[str, Any], run_dir: Path, evaluation: dict[
     before_accuracy = (before or {}).get("accuracy") or {}
     if before is not None:
         accuracy["before"] = before_accuracy.get("after")
+    result["evaluation"] = evaluation_record(evaluation.get("precision"), before)
     for rate in ("format_rate", "truncated_rate"):
         # The warm start's own rate "after" is every method's "before" (None for the warm start itself).
         accuracy[rate] = {"before": (before_accuracy.get(rate) or {}).get("after"), "after": evaluation[rate]}
+
+
+def evaluation_record(precision: dict[str, str] | None, before: dict[str, Any] | None) -> dict[str, Any]:
+    """``result["evaluation"]``: {'precision': how this run's policy was scored ({'storage', 'compute'}),
+    'before_precision': how the warm start's (the 'before' score's) was (None: no warm start read, or a result
+    from before the record existed), 'same_numerics': whether the two were computed alike (None when unknown)}.
+
+    A 'before' and 'after' in different numerics would carry a precision shift into every gain (issue 20): the
+    report can say so instead of reading it as learning."""
+    before_precision = ((before or {}).get("evaluation") or {}).get("precision")
+    same = None
+    if precision and before_precision:
+        same = precision.get("compute") == before_precision.get("compute")
+    return {"precision": precision, "before_precision": before_precision, "same_numerics": same}
 
 
 def main(argv: list[str] | None = None) -> int:
