@@ -23,7 +23,7 @@ from bench.task.data import prompts_for_steps
 from bench.errors import SpecError
 from bench.task.lengths import check_loss, model_context, pair_budget
 from bench.results import curve_names
-from bench.execution.sample_pool import preference_pairs, read_pool
+from bench.execution.sample_pool import required_pairs
 
 LABEL = "DPO (TRL, pool pairs)"
 ENGINE = "trl"
@@ -31,6 +31,9 @@ DATA_PARALLEL = True
 """Under a launcher it runs as N processes, each on prompts_per_step / N pairs of every step (see train)."""
 PAIR_ID = "pair_id"
 """Dataset column under a launcher: each pair's position in the matched order, recorded per rank (rank files)."""
+
+MIN_PAIRS = 1
+"""Pool pairs DPO needs to take a step (it cycles over them for train.steps x prompts_per_step pairs)."""
 
 TRL_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
                   "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
@@ -123,10 +126,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     from bench.execution.launch import world_size
 
     spec, t, m = ctx.spec, ctx.spec.train, ctx.method_spec
-    pairs = preference_pairs(read_pool(ctx.pool_path))
-    if not pairs:
-        raise RuntimeError(f"the sample pool has no pairs for DPO (sample_pool.pairs: {spec.sample_pool.pairs}); "
-                           f"raise sample_pool.prompts or sample_pool.samples_per_prompt")
+    pairs = required_pairs(ctx.pool_path, MIN_PAIRS, "DPO")  # one line before anything loads
     policy, tokenizer = load_initial_policy(ctx)
     per_device, accumulation = per_device_batching(spec, world_size())
     args = matched_training_args(spec, ctx, max_steps=t.steps, learning_rate=m.resolved_learning_rate(spec),

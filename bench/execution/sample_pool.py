@@ -95,6 +95,30 @@ def preference_pairs(pool: list[dict[str, Any]]) -> list[dict[str, str]]:
     return [pair for pair in map(entry_pair, pool) if pair is not None]
 
 
+def required_pairs(path: Path, needed: int, consumer: str) -> list[dict[str, str]]:
+    """The pool's preference pairs, or a one-line UserError when there are fewer than ``needed`` for ``consumer``
+    (e.g. 'the reward model'), naming the fixes: gold pairs, or a larger pool.
+
+    Called by the pool's consumers (DPO, the reward-model stage) before they load anything: a pool with no
+    correct sample (a weak model at temperature 1.0) gives no verifier pair, and the run must say so in one line
+    rather than fail inside a trainer."""
+    from bench.errors import UserError
+
+    pool = read_pool(path)
+    pairs = preference_pairs(pool)
+    if len(pairs) >= needed:
+        return pairs
+    mode = pool[0].get("pairs", VERIFIER_PAIRS) if pool else VERIFIER_PAIRS
+    completions = sum(len(e["completions"]) for e in pool)
+    correct = sum(sum(map(bool, e["correct"])) for e in pool)
+    fix = ("raise sample_pool.prompts or sample_pool.samples_per_prompt" if mode == GOLD_PAIRS else
+           "set sample_pool.pairs=gold (the gold solution as chosen), or raise sample_pool.prompts or "
+           "sample_pool.samples_per_prompt, or warm-start the model further")
+    raise UserError(f"the sample pool has {len(pairs)} preference pairs (sample_pool.pairs={mode}; {correct} of "
+                    f"{completions} sampled completions correct over {len(pool)} prompts) but {consumer} needs at "
+                    f"least {needed}; {fix}")
+
+
 def train(ctx: RunContext) -> TrainOutcome:
     """Sample the pool with the matched generation settings and write RUN_DIR/pool.jsonl."""
     spec, pool_spec = ctx.spec, ctx.spec.sample_pool
