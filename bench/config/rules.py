@@ -79,7 +79,7 @@ SPEC_RULES: dict[str, Rule] = {
                   f"must list at least one seed, each in [0, {MAX_SEED}]"),
     "gpus": Rule(lambda v: all(isinstance(g, int) and g >= 0 for g in v),
                  "must list GPU indices >= 0 (as nvidia-smi numbers them), e.g. gpus=[0]"),
-    "threads": at_least(0, " (0 = torch's default)"),
+    "threads": at_least(0, " (0 = cores / parallel runs)"),
     "parallel_runs": COUNT,
     "model.tiny.hidden_size": COUNT,
     "model.tiny.num_layers": COUNT,

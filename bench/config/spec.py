@@ -376,8 +376,9 @@ class Spec:
     """GPU indices a run may use; each worker is pinned to the first one (CUDA_VISIBLE_DEVICES); empty: the first
     visible device. TRL trainers refuse to run when they see several GPUs without a launcher."""
     threads: int = 0
-    """torch CPU threads per run (>= 0; 0: torch's default). With parallel_runs > 1 it applies to method runs only:
-    the shared stages run alone and take every core."""
+    """torch CPU threads per run (>= 0; 0: the cores divided by the resolved parallel_runs, at least 1, so concurrent
+    runs never oversubscribe the CPU). With parallel_runs > 1 it applies to method runs only: the shared stages run
+    alone and take every core. Each result records what was set (environment.torch_threads)."""
     parallel_runs: int = 1
     """Method runs executed at the same time (>= 1; stages always run one at a time). Above 1 only for CPU
     presets on machines whose cores would otherwise idle (tiny models, threads: 1): concurrent runs share
