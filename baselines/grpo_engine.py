@@ -148,6 +148,4 @@ def train(ctx: RunContext) -> TrainOutcome:
                 "kl_placement": "loss term beta * k3" + (" x ratio" if cfg.kl_bias_correction else ""),
                 "kl_bias_correction": cfg.kl_bias_correction, "reward_source": "verifier", "loss_type": cfg.loss_type,
                 "loss_aggregation": M.TRL_LOSS_AGGREGATION[cfg.loss_type]}
-    outcome = engine.outcome(log_history, per_step, settings, ("reward", "accuracy_reward", "score"))
-    outcome.metrics["zero_std_groups_mean"] = sum(p["zero_std_groups"] for p in per_step) / len(per_step)
-    return outcome
+    return engine.outcome(log_history, per_step, settings, ("reward", "accuracy_reward", "score"))

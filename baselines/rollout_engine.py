@@ -78,7 +78,8 @@ from bench.config import launcher
 from bench.execution.context import MethodConfig, RunContext, TrainOutcome
 from bench.task.data import prompts_for_steps
 from bench.errors import SpecError
-from bench.model.generation import eos_token_ids, generate, sampling_settings
+from bench.model.generation import eos_token_ids, generate_with_logprobs, sampling_settings
+from bench.model import vllm_backend
 from bench.model.loading import load_causal_lm, load_sequence_classifier, torch_dtype
 from bench.model.numerics import fp32_residual_stream
 from bench.model.precision import autocast_dtype, lora_roles, precision_policy, with_shared_reference
@@ -162,6 +163,9 @@ class Rollout:
     """(b,) bool: the completion ended with an EOS within the budget."""
     texts: list[str]
     """Decoded completions (special tokens skipped)."""
+    sampler_logprobs: torch.Tensor | None = None
+    """(b, T) the sampler's own log-prob of each completion token (vLLM backend; nats, 0 after the mask), or None.
+    Old log-probs still come from the trainer; these feed the rollout-vs-trainer mismatch monitor."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -253,6 +257,8 @@ class Engine:
         self.trained_tokens = 0
         self.generated_tokens = 0
         self.completions = 0
+        self.mismatch: SamplerMismatch | None = None
+        """The step's rollout-vs-trainer monitor (vLLM backend), reset by every ``sample``."""
 
     def _data_parallel(self) -> dict[str, nn.Module]:
         """Role -> the trained network wrapped in DistributedDataParallel (actor, critic); empty with one process.
@@ -419,7 +425,7 @@ class Engine:
         self.actor.eval()
         # no bf16 weight copies held for the whole generate call; under ZeRO-3 the actor's whole weights
         with self.autocast(cache=False), self._gathered("actor", without_hooks=True):
-            sequences = generate(self.actor, prompt_ids, prompt_mask, self.generation)
+            sequences, sampler_logprobs = generate_with_logprobs(self.actor, prompt_ids, prompt_mask, self.generation)
         raw = sequences[:, prompt_ids.shape[1]:]
         # EOS presence is read before truncation: when pad == EOS the padding would look like an EOS.
         is_eos = torch.isin(raw, torch.as_tensor(self.eos_ids, device=raw.device))
@@ -427,7 +433,9 @@ class Engine:
         completion_ids, mask = M.truncate_after_eos(raw, self.eos_ids, tok.pad_token_id)
         input_ids, attention_mask, position_ids = sequence_inputs(prompt_ids, prompt_mask, completion_ids, mask)
         texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
-        batch = Rollout(rows, input_ids, attention_mask, position_ids, completion_ids, mask, has_eos, texts)
+        batch = Rollout(rows, input_ids, attention_mask, position_ids, completion_ids, mask, has_eos, texts,
+                        None if sampler_logprobs is None else sampler_logprobs * mask)
+        self.mismatch = SamplerMismatch(len(batch)) if sampler_logprobs is not None else None
         n_tokens = int(batch.lengths.sum())
         self.completions += len(rows)
         self.generated_tokens += n_tokens
@@ -507,6 +515,8 @@ class Engine:
         logits = out.logits[:, :-1]
         logp = M.logprobs_from_logits(logits, batch.completion_ids[rows], temperature)
         entropy = M.entropy_from_logits(logits.detach(), temperature) if with_entropy else None
+        if model is self.actor and self.mismatch is not None:  # the trainer's log-probs before this step's update
+            self.mismatch.add(rows, logp.detach(), batch)
         return logp, entropy
 
     def values(self, batch: Rollout, rows: torch.Tensor) -> torch.Tensor:
@@ -579,6 +589,9 @@ class Engine:
         if self.critic is not None:
             self.critic.train()
         minibatch = len(batch) // cfg.minibatches
+        sampler = vllm_backend.attached(self.actor)
+        if sampler is not None:  # its KV cache released while the trainer updates, where the platform can (CUDA)
+            sampler.sleep()
         sums: dict[str, torch.Tensor] = {}
         grad_norms: list[float] = []
         updates = 0
@@ -601,6 +614,8 @@ class Engine:
                         grad_norms.append(float(norm))  # before clipping: what clip_grad_norm_ returns
                 self.trained_tokens += int(batch.attention_mask[rows].sum())
                 updates += 1
+                if self.mismatch is not None:  # later log-probs are of the updated policy: no longer the old ones
+                    self.mismatch.closed = True
         for scheduler in self.schedulers:
             scheduler.step()
         self.optimizer_steps += updates
@@ -622,6 +637,8 @@ class Engine:
         for step in range(1, t.steps + 1):
             events.fire("on_step_begin")
             metrics = {"step": step, **step_fn(step)}
+            if self.mismatch is not None:  # vLLM backend: the rollout-vs-trainer monitor of this step
+                metrics.update(self.mismatch.metrics())
             if self.world_size > 1:  # every rank logs the mean over the ranks (their shards are equal)
                 metrics = launch.mean_across_ranks(metrics)
             events.state.global_step = step
@@ -682,6 +699,9 @@ class Engine:
                 values = [p[key] for p in points if key in p]
                 if values:
                     metrics[f"{key}_{name}"] = sum(values) / len(values)
+        spreads = [p["zero_std_groups"] for p in per_step if "zero_std_groups" in p]
+        if spreads:  # the mean over every step, not the logged ones: 1.0 means no step had a learning signal
+            metrics["zero_std_groups_mean"] = sum(spreads) / len(spreads)
         roles = tuple(self.networks)
         settings = {**settings, **self._lora_settings(), "engine": "suite", "learning_rate": self.learning_rate,
                     "ppo_epochs": self.cfg.ppo_epochs, "minibatches": self.cfg.minibatches,
@@ -692,7 +712,7 @@ class Engine:
                     "optimizers": f"AdamW ({self.adamw}) per network, grad clip per network",
                     "adamw_implementation": self.adamw,
                     "precision": self._precision(roles),
-                    "generation": self.generation}
+                    "generation": self.generation, **vllm_backend.backend_settings(self.actor, self.generation)}
         networks, optimizers = self.networks, dict(self.optimizers)
         if self.deepspeed:
             networks, optimizers, settings["deepspeed"] = self._deepspeed_outcome(networks, optimizers)
@@ -702,6 +722,41 @@ class Engine:
             completions=self.completions, generated_tokens=self.generated_tokens,
             trained_tokens=self.trained_tokens, settings=settings, metrics=metrics,
         )
+
+
+class SamplerMismatch:
+    """Rollout-vs-trainer monitor of one step (vLLM backend): every completion token's trainer log-prob before the
+    step's update against vLLM's own, each row counted once (PPO scores the rollout, then the minibatches again).
+
+    ``sampler_logprob_abs_diff`` = mean |logp_trainer - logp_vllm|; ``sampler_kl`` = KL(vllm || trainer), the k3
+    estimate mean(exp(d) - 1 - d) with d = logp_trainer - logp_vllm over tokens vLLM sampled (>= 0; nats per token).
+    """
+
+    def __init__(self, rows: int) -> None:
+        self.seen = torch.zeros(rows, dtype=torch.bool)
+        self.abs_sum = self.kl_sum = 0.0
+        self.tokens = 0
+        self.closed = False
+
+    def add(self, rows: torch.Tensor, logp: torch.Tensor, batch: Rollout) -> None:
+        """``logp`` (m, T): the trainer's log-probs of ``rows`` (m,) of ``batch``."""
+        if self.closed or batch.sampler_logprobs is None:
+            return
+        fresh = ~self.seen[rows.cpu()]
+        if not fresh.any():
+            return
+        self.seen[rows.cpu()[fresh]] = True
+        keep = fresh.to(logp.device)
+        mask = batch.mask[rows][keep]
+        d = (logp[keep].float() - batch.sampler_logprobs[rows][keep])[mask]
+        self.abs_sum += float(d.abs().sum())
+        self.kl_sum += float((torch.exp(d) - 1 - d).sum())
+        self.tokens += int(d.numel())
+
+    def metrics(self) -> dict[str, float]:
+        if not self.tokens:
+            return {}
+        return {"sampler_logprob_abs_diff": self.abs_sum / self.tokens, "sampler_kl": self.kl_sum / self.tokens}
 
 
 class CallbackEvents:

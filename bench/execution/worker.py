@@ -387,7 +387,7 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     if seams is not None:
         result["seams"] = seams
     if job["kind"] == "method":
-        result["training_change"] = telemetry.training_change()
+        assess_learning(result, spec, job["name"], outcome, telemetry.training_change())
     if evaluation is not None:
         assemble_evaluation(result, run_dir, evaluation, len(test_rows), inputs.get("warm_start_dir"))
     return result
@@ -536,6 +536,18 @@ def count_from_telemetry(outcome: Any, counters: dict[str, Any]) -> None:
         outcome.generated_tokens = int(counters.get("generated_tokens", 0))
     if outcome.trained_tokens is None and counters.get("trained_tokens"):
         outcome.trained_tokens = int(counters["trained_tokens"])
+
+
+def assess_learning(result: dict[str, Any], spec: Any, method: str, outcome: Any, change: dict[str, Any]) -> None:
+    """result["learning_signal"] (did the reward ever tell completions apart?) and result["training_change"] (the
+    weight comparison with its weight-decay floor and verdict; bench.telemetry.param_change)."""
+    from bench.telemetry.param_change import assess_training_change, learning_signal
+
+    signal = learning_signal(outcome.log_history, outcome.metrics)
+    result["learning_signal"] = signal
+    method_spec = spec.methods.get(method)
+    rate = method_spec.resolved_learning_rate(spec) if method_spec is not None else spec.train.learning_rate
+    result["training_change"] = assess_training_change(change, signal, rate, spec.train.weight_decay, outcome.steps)
 
 
 # -- evaluation -----------------------------------------------------------------------------------

@@ -152,3 +152,85 @@ def _compare_entry(param: Any, entry: _Entry) -> tuple[int, float, float]:
     old = entry.values.double()
     diff_sq = float((now.double() - old).square().sum())
     return changed, diff_sq, float(old.square().sum())
+
+
+# -- did the movement come from learning? ---------------------------------------------------------------
+# A changed weight is not yet learning: AdamW divides each gradient by its own running scale, so a gradient of pure
+# noise (a reference that disagrees with the actor by numerics alone, KL ~ 0.002 before any update) still moves
+# nearly every weight by about the learning rate, and decoupled weight decay moves every weight whatever the
+# gradient. Two checks separate that from learning: whether the reward ever told completions apart (a GRPO group
+# whose G rewards are equal has advantage 0: no signal), and whether the weights moved further than weight decay
+# alone would have moved them.
+
+VERDICTS = ("moved", "no learning signal", "within the weight-decay floor", "mostly rounded away",
+            "unchanged (learning rate 0)", "not moved", "not measured")
+"""``training_change["verdict"]``, in the order :func:`assess_training_change` tests them."""
+FLOOR_MARGIN = 0.05
+"""Relative margin above the weight-decay floor that movement must clear to count as beyond it."""
+ROUNDED_AWAY_BELOW = 0.5
+"""params_changed_fraction below which a run's updates were mostly lost (bf16 storage; the report's 50% line)."""
+
+
+def weight_decay_floor(learning_rate: float, weight_decay: float, steps: int) -> float:
+    """The update-to-weight ratio that decoupled weight decay alone produces over ``steps`` optimizer steps at
+    most: AdamW multiplies every decayed weight by (1 - lr x wd) each step, so ||w_end - w_0|| / ||w_0|| =
+    1 - (1 - lr x wd)^steps exactly at a constant ``learning_rate`` (a schedule that never exceeds it, or decay on
+    a subset of the weights, as TRL's trainers leave biases and norms undecayed, moves less). 0 without decay."""
+    if weight_decay <= 0 or learning_rate <= 0 or steps <= 0:
+        return 0.0
+    return 1.0 - (1.0 - learning_rate * weight_decay) ** steps
+
+
+def learning_signal(curves: list[dict[str, Any]], metrics: dict[str, Any]) -> dict[str, Any]:
+    """``result["learning_signal"]``: whether the reward ever told a prompt's completions apart.
+
+    Read from ``metrics["zero_std_groups_mean"]`` (the suite engine: the mean over every step) or else the
+    ``zero_std_groups`` curve points (TRL's GRPO: each point the mean over the steps since the last one). Returns
+    {'zero_std_groups_mean': share of groups (0..1) whose G rewards were all equal, or None for a method without
+    groups (DPO), 'source': where it was read, 'no_learning_signal': True when every group of every step had equal
+    rewards (the group-relative advantage was 0 everywhere; any movement of the weights is then noise), False
+    when some group had a spread, None when not measured}."""
+    mean = metrics.get("zero_std_groups_mean")
+    source = "every step (suite engine)"
+    if not isinstance(mean, (int, float)):
+        points = [p["zero_std_groups"] for p in curves if isinstance(p.get("zero_std_groups"), (int, float))]
+        mean = sum(points) / len(points) if points else None
+        source = "logged curve points (each the mean since the last)" if points else "not measured (no groups)"
+    none = None if mean is None else bool(mean >= 1.0)
+    return {"zero_std_groups_mean": mean, "source": source, "no_learning_signal": none}
+
+
+def assess_training_change(change: dict[str, Any], signal: dict[str, Any], learning_rate: float,
+                           weight_decay: float, steps: int) -> dict[str, Any]:
+    """``change`` (:meth:`ParamSnapshot.compare`'s dict, or a 'reason' when not measured) with three more keys:
+
+    - ``weight_decay_floor``: :func:`weight_decay_floor` for the run's base learning rate, decay and optimizer steps;
+    - ``moved_beyond_floor``: update_to_weight_ratio above that floor (None when not measured);
+    - ``verdict``: one of :data:`VERDICTS` — 'unchanged (learning rate 0)' for the control arm, 'no learning signal'
+      when ``signal`` says no group ever had a reward spread (whatever moved), 'within the weight-decay floor',
+      'mostly rounded away' (fewer than half the weights changed), 'not moved', else 'moved'.
+    """
+    out = dict(change)
+    floor = weight_decay_floor(learning_rate, weight_decay, steps)
+    ratio, fraction = change.get("update_to_weight_ratio"), change.get("params_changed_fraction")
+    out["weight_decay_floor"] = floor
+    # Margins: every decayed float32 weight is rounded once a step (by at most 2**-24 of it), so decay alone can
+    # measure a little above the closed form; movement counts only past FLOOR_MARGIN and that rounding.
+    beyond = None if ratio is None else bool(ratio > floor * (1 + FLOOR_MARGIN) + steps * 2.0**-24)
+    out["moved_beyond_floor"] = beyond
+    if fraction is None or ratio is None:
+        verdict = "not measured"
+    elif learning_rate == 0:
+        verdict = "unchanged (learning rate 0)" if fraction == 0 else "moved"  # moved at lr 0: a pipeline fault
+    elif signal.get("no_learning_signal"):
+        verdict = "no learning signal"
+    elif fraction == 0:
+        verdict = "not moved"
+    elif not beyond:
+        verdict = "within the weight-decay floor"
+    elif fraction < ROUNDED_AWAY_BELOW:
+        verdict = "mostly rounded away"
+    else:
+        verdict = "moved"
+    out["verdict"] = verdict
+    return out
