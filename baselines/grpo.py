@@ -6,16 +6,16 @@ via nanstd, + 1e-4; ``scale_rewards="group"``). No critic, no reward network. Th
 frozen reference is on (``beta`` explicit: TRL's default is 0.0, which loads no reference at all), and
 ``loss_type="grpo"`` is set explicitly (TRL's default is "dapo").
 
-Generation is transformers' ``model.generate`` by default. ``generation_backend: vllm`` hands it to vLLM inside
-the training process (TRL's ``use_vllm`` in ``colocate`` mode): vLLM is an optional extra (``pip install
-'.[vllm]'``), needs a GPU, and preallocates ``vllm_gpu_memory_utilization`` of the GPU's memory up front (the
-report shows that apart from training memory). TRL then corrects for the difference between vLLM's sampling
-log-probabilities and the trainer's (importance sampling, TRL's defaults; recorded in the settings).
+Generation follows the suite-wide ``generation.backend``: transformers' ``model.generate`` by default; ``vllm``
+hands it to vLLM inside the training process (TRL's ``use_vllm`` in ``colocate`` mode), as every other method's
+generation is (bench.model.vllm_backend). vLLM is an optional extra and preallocates
+``generation.vllm_gpu_memory_utilization`` of a GPU's memory up front (the report shows that apart from training
+memory). TRL's importance-sampling correction of vLLM's sampling log-probabilities is on only when
+``generation.importance_sampling_cap`` is (token_truncate at that cap), as for the suite's engine.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,14 +48,6 @@ class Config(MethodConfig):
     """TRL's loss aggregation (its default is dapo): grpo = mean per sequence, then over sequences."""
     kl_bias_correction: bool = True
     """TRL's ``use_bias_correction_kl`` (its 1.16 default): the k3 term multiplied by the policy ratio."""
-    generation_backend: Literal["transformers", "vllm"] = "transformers"
-    """Who samples the completions: transformers (``model.generate``, the default, what every other method uses)
-    or vllm (TRL's ``use_vllm`` in colocate mode: vLLM in the training process, on the same GPU; needs a GPU and
-    ``pip install '.[vllm]'``). The report lists it in "what differs"."""
-    vllm_gpu_memory_utilization: float = 0.3
-    """With generation_backend vllm: the share of each GPU's total memory vLLM preallocates (its weights copy,
-    KV cache and activations) in (0, 1]; TRL's default 0.3. What is left is the training memory. Ignored with
-    transformers."""
 
 
 def beta(spec: Any, cfg: Config) -> float:
@@ -73,25 +65,13 @@ def needs(spec: Any, cfg: Config) -> tuple[str, ...]:
     return ("warm_start",)
 
 
-VLLM_INSTALL = "pip install '.[vllm]'"
-"""The fix named when vLLM is asked for but not installed (the optional extra in pyproject.toml)."""
-
-
-def vllm_installed() -> bool:
-    """Whether the vllm package can be imported here (looked up, not imported: importing vLLM takes seconds)."""
-    return importlib.util.find_spec("vllm") is not None
-
-
 def validate(spec: Any, cfg: Config, key: str) -> None:
-    """beta and learning_rate >= 0 (loss_type and generation_backend are Literals, checked when the spec is
-    built); vllm_gpu_memory_utilization in (0, 1]; G >= 2 (TRL's generation batch must divide by G: it does, as
-    prompts x G); micro-batches that split the step evenly; the vLLM backend on a GPU with vLLM installed
-    (device auto is resolved by bench.execution.preflight)."""
-    from bench.config.rules import RATE, check_rules, within
+    """beta and learning_rate >= 0 (loss_type is a Literal, checked when the spec is built); G >= 2 (TRL's
+    generation batch must divide by G: it does, as prompts x G); micro-batches that split the step evenly. The
+    generation backend is the suite's (generation.backend, checked by bench.config.rules)."""
+    from bench.config.rules import RATE, check_rules
 
-    check_rules(cfg, {"learning_rate": RATE, "beta": RATE,
-                      "vllm_gpu_memory_utilization": within(0, 1, open_low=True)}, f"{key}.")
-    validate_backend(spec, cfg, key)
+    check_rules(cfg, {"learning_rate": RATE, "beta": RATE}, f"{key}.")
     require_groups(spec, key)
     check_micro_batching(spec.completions_per_step, spec.train.micro_batch_size, "completions")
     from bench.config.launcher import active
@@ -102,25 +82,11 @@ def validate(spec: Any, cfg: Config, key: str) -> None:
                              f"completions per process ({processes} processes)")
 
 
-def validate_backend(spec: Any, cfg: Config, key: str) -> None:
-    """generation_backend vllm: refused on device cpu (vLLM's colocate mode shares the training GPU) and when
-    vLLM is not installed (naming the extra to install). One-line SpecError."""
-    if cfg.generation_backend != "vllm":
-        return
-    from bench.errors import SpecError
-
-    if spec.device == "cpu":
-        raise SpecError(f"'{key}.generation_backend' is 'vllm' but device is 'cpu': vLLM generates on a GPU; "
-                        f"use {key}.generation_backend=transformers on a CPU")
-    if not vllm_installed():
-        raise SpecError(f"'{key}.generation_backend' is 'vllm' but vLLM is not installed; {VLLM_INSTALL} (on a GPU "
-                        f"machine), or use {key}.generation_backend=transformers")
-
-
 def describe(spec: Any, cfg: Config) -> dict[str, str]:
     """Dry-run lines: updates per rollout, the loss type and who generates."""
-    backend = ("vllm (colocate, preallocates {:g} of each GPU's memory)".format(cfg.vllm_gpu_memory_utilization)
-               if cfg.generation_backend == "vllm" else "transformers (model.generate)")
+    gen = spec.generation
+    backend = ("vllm (colocate, preallocates {:g} of each GPU's memory)".format(gen.vllm_gpu_memory_utilization)
+               if gen.backend == "vllm" else "transformers (model.generate)")
     return {"updates per rollout": "1 (num_iterations 1, one optimizer step per generation batch)",
             "micro-batch": "{} completions per forward/backward, {} accumulation step(s)".format(
                 *micro_batching(spec.completions_per_step, spec.train.micro_batch_size)),
@@ -180,23 +146,24 @@ def grpo_config(ctx: RunContext) -> "GRPOConfig":
         shuffle_dataset=False,  # the suite fixes the prompt order so every method sees the same one
         reward_weights=None,  # set below with the functions
     )
-    args.update(backend_args(cfg, decoding))  # vLLM: its own sampling extras replace the transformers pins
+    args.update(backend_args(spec, decoding))  # vLLM: its own sampling extras replace the transformers pins
     return GRPOConfig(**args)
 
 
-def backend_args(cfg: Config, decoding: dict[str, Any]) -> dict[str, Any]:
-    """GRPOConfig fields of the generation backend: nothing for transformers; for vllm ``use_vllm``,
-    ``vllm_mode="colocate"``, ``vllm_gpu_memory_utilization`` and vLLM's own sampling extras.
+def backend_args(spec: Any, decoding: dict[str, Any]) -> dict[str, Any]:
+    """GRPOConfig fields of the suite's generation backend: nothing for transformers; for vllm ``use_vllm``,
+    ``vllm_mode="colocate"``, ``vllm_gpu_memory_utilization``, vLLM's own sampling extras and the
+    importance-sampling correction (bench.model.vllm_backend.trl_vllm_args).
 
     TRL passes ``generation_kwargs`` to vLLM's ``SamplingParams`` in this mode, which has none of transformers'
     neutral pins (beam search, n-gram blocking, ... are off in vLLM by default) and spells the minimum length
     ``min_tokens``; TRL sets temperature, top_p, top_k, repetition_penalty and max_tokens itself.
     """
-    if cfg.generation_backend != "vllm":
+    if spec.generation.backend != "vllm":
         return {}
-    return {"use_vllm": True, "vllm_mode": "colocate",
-            "vllm_gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
-            "generation_kwargs": {"min_tokens": decoding["min_new_tokens"]}}
+    from bench.model.vllm_backend import trl_vllm_args
+
+    return trl_vllm_args(spec, decoding)
 
 
 def backend_settings(config: "GRPOConfig") -> dict[str, Any]:

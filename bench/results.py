@@ -205,6 +205,12 @@ METRIC_NAMES: dict[str, Metric] = {
                  "GRPO: k3 in the loss; 0 without a reference)", "nats per token"),
     "non_score_reward": Metric("PPO's KL penalty -kl_coef x KL summed over a completion's tokens, mean over "
                                "completions", _REWARD),
+    # -- the sampler against the trainer (generation.backend vllm: vLLM samples, the trainer scores) -------------
+    "sampler_logprob_abs_diff": Metric("mean |log-prob of the trainer before the update - vLLM's own log-prob| over "
+                                       "the step's completion tokens (suite engine; 0 when both agree)",
+                                       "nats per token"),
+    "sampler_kl": Metric("KL(vLLM sampler || trainer) per completion token, k3 estimate over the tokens vLLM "
+                         "sampled (suite engine)", "nats per token"),
     # -- the critic (PPO) --------------------------------------------------------------------------------------
     "explained_variance": Metric("1 - Var(returns - values) / Var(returns) over real tokens, at rollout "
                                  "(1: the critic predicts the returns; <= 0: no better than their mean)", "ratio"),

