@@ -363,13 +363,13 @@ def test_sampling_autocast_keeps_no_weight_cache(tmp_path, model_dirs, monkeypat
     engine = rollout_engine.Engine(ctx, ctx.method_spec, kl_coef=0.0)
     assert any(p.dtype == torch.float32 and p.requires_grad for p in engine.actor.parameters())
     seen: list[tuple[bool, bool]] = []
-    original = rollout_engine.generate
+    original = rollout_engine.generate_with_logprobs
 
     def recording(*args, **kwargs):
         seen.append((torch.is_autocast_enabled("cpu"), torch.is_autocast_cache_enabled()))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(rollout_engine, "generate", recording)
+    monkeypatch.setattr(rollout_engine, "generate_with_logprobs", recording)
     batch = engine.sample(1)
     assert len(batch) == PROMPTS * G
     assert seen == [(True, False)]  # bf16 autocast on, its weight cache off
