@@ -216,6 +216,40 @@ def run_trainer(ctx: RunContext, trainer: Any, total_steps: int) -> None:
     trainer.train()
 
 
+def zero3_partitioned(model: Any) -> bool:
+    """Whether ``model``'s parameters are partitioned over the ranks by DeepSpeed ZeRO-3 (each carries ``ds_id``;
+    its local tensor is then empty and a forward needs every rank to gather it)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def evaluable_policy(ctx: RunContext, trainer: Any) -> Any:
+    """The trained policy as the worker evaluates it: ``trainer.model``, or under DeepSpeed ZeRO-3 a whole copy on
+    rank 0 (None on the other ranks).
+
+    Under ZeRO-3 TRL's ``trainer.model`` holds only this rank's shards, and a forward gathers them from every rank:
+    rank 0 evaluating it alone, while the other ranks finish and leave the process group, hangs. So every rank
+    gathers the whole weights here, together (a collective, as the engine's ``_whole_copy``), and rank 0 loads
+    them into a policy built as the recipe built it (:func:`load_policy_weights`, plus TRL's adapters under LoRA)."""
+    from bench.execution.launch import is_main
+
+    model = trainer.model
+    if not zero3_partitioned(model):
+        return model
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()} if is_main() else None
+    if state is None:
+        return None
+    whole = load_policy_weights(ctx.init_model_dir, ctx.spec, ctx.device)
+    if ctx.spec.train.lora.enabled:
+        from peft import get_peft_model
+
+        whole = get_peft_model(whole, lora_config(ctx.spec))
+    whole.load_state_dict(state)
+    return whole
+
+
 def curves_from_log_history(log_history: list[dict[str, Any]], names: dict[str, str]) -> list[dict[str, float]]:
     """TRL's log_history -> curve points with the suite's stable metric names (bench.results.METRIC_NAMES).
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from baselines.common import (check_micro_batching, curves_from_log_history, load_initial_policy, load_reference,
-                              lora_config, matched_training_args, micro_batching, run_trainer, trainer_networks,
-                              trl_precision)
+from baselines.common import (check_micro_batching, curves_from_log_history, evaluable_policy, load_initial_policy,
+                              load_reference, lora_config, matched_training_args, micro_batching, run_trainer,
+                              trainer_networks, trl_precision)
 from bench.execution.context import MethodConfig, RunContext, TrainOutcome
 from bench.task.data import prompts_for_steps
 from bench.errors import SpecError
@@ -149,7 +149,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     run_trainer(ctx, trainer, t.steps)
     resident = trainer_networks(trainer, uses_reference=True)
     return TrainOutcome(
-        policy=trainer.model, tokenizer=tokenizer, networks=resident,
+        policy=evaluable_policy(ctx, trainer), tokenizer=tokenizer, networks=resident,
         optimizers={"actor": trainer.optimizer},
         log_history=curves_from_log_history(trainer.state.log_history, CURVE_NAMES),
         steps=trainer.state.global_step,

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from baselines.common import (check_micro_batching, curves_from_log_history, load_initial_policy, lora_config,
-                              matched_kl_coef, matched_training_args, micro_batching, require_groups, run_trainer,
-                              trainer_networks, trl_precision)
+from baselines.common import (check_micro_batching, curves_from_log_history, evaluable_policy, load_initial_policy,
+                              lora_config, matched_kl_coef, matched_training_args, micro_batching, require_groups,
+                              run_trainer, trainer_networks, trl_precision)
 from bench.execution.context import MethodConfig, RunContext, TrainOutcome
 from bench.task.data import prompts_for_steps
 from bench.task.rewards import make_reward_functions
@@ -229,7 +229,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     counters = ctx.telemetry.counters
     resident = trainer_networks(trainer, uses_reference=config.beta != 0)
     return TrainOutcome(
-        policy=trainer.model, tokenizer=tokenizer, networks=resident,
+        policy=evaluable_policy(ctx, trainer), tokenizer=tokenizer, networks=resident,
         optimizers={"actor": trainer.optimizer},
         log_history=curves_from_log_history(trainer.state.log_history, CURVE_NAMES),
         steps=trainer.state.global_step,

@@ -3,6 +3,10 @@
 The numbers are what the tensors occupy (``numel * element_size``), not what an allocator reserved, so
 they are the same on CPU and GPU and can be set beside the measured peaks and the analytical model.
 All sizes are bytes.
+
+A parameter partitioned by DeepSpeed ZeRO-3 holds an empty local tensor and its full element count in
+``ds_numel``: it is counted by that full shape (the whole network, as for every other layout; the per-rank
+measured peaks show the sharding), and the role's ``partitioned_params`` says how many elements were.
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ if TYPE_CHECKING:
     import torch
 
 
+def _numel(tensor: "torch.Tensor") -> int:
+    """Elements of a tensor: its full shape's (``ds_numel``) for a parameter DeepSpeed ZeRO-3 partitioned."""
+    full = getattr(tensor, "ds_numel", None)
+    return int(full) if isinstance(full, int) else int(tensor.numel())
+
+
 def _tensor_bytes(tensor: "torch.Tensor") -> int:
-    """Bytes of a tensor's elements (bytes)."""
-    return int(tensor.numel()) * int(tensor.element_size())
+    """Bytes of a tensor's elements (bytes), by its full shape when it is ZeRO-3-partitioned."""
+    return _numel(tensor) * int(tensor.element_size())
 
 
 def _param_keys(param: "torch.Tensor") -> list[tuple[Any, ...]]:
@@ -31,7 +41,7 @@ def _param_keys(param: "torch.Tensor") -> list[tuple[Any, ...]]:
         ptr = param.data_ptr()
     except (RuntimeError, NotImplementedError):  # e.g. tensor subclasses without storage
         ptr = 0
-    if ptr and param.numel() > 0:
+    if ptr and param.numel() > 0 and not hasattr(param, "ds_numel"):  # a partition's storage is not the param's
         keys.append(("ptr", str(param.device), ptr, param.dtype, int(param.numel())))
     return keys
 
@@ -62,6 +72,8 @@ def account_networks(
              "grad_materialized": bool, # False when some trainable parameter had no .grad yet
              "optimizer_bytes": int,    # tensors in optimizer.state for this role's parameters
              "optimizer_state_materialized": bool,
+             "partitioned_params": int, # of params, elements counted by their full shape (ds_numel) because
+                                       # DeepSpeed ZeRO-3 held only a partition on this rank (0 otherwise)
              "shared_params": int,      # elements skipped because an earlier role already counted them
              "shared_with": list[str]}  # those earlier roles, in order (['actor'] for a LoRA reference that is
                                        # the actor's base with adapters off: its weights cost nothing extra)
@@ -129,7 +141,7 @@ def _empty_entry() -> dict[str, Any]:
     """A role's accounting before anything is counted (the flags start True: nothing is missing yet)."""
     return {"params": 0, "trainable_params": 0, "weight_bytes": 0, "buffer_bytes": 0, "grad_bytes": 0,
             "grad_materialized": True, "optimizer_bytes": 0, "optimizer_state_materialized": True,
-            "shared_params": 0, "shared_with": []}
+            "partitioned_params": 0, "shared_params": 0, "shared_with": []}
 
 
 def _account_role(role: str, module: "torch.nn.Module | None", index: _OptimizerIndex,
@@ -155,7 +167,7 @@ def _account_parameters(role: str, module: "torch.nn.Module", index: _OptimizerI
     with_state = without_state = 0
     for param in module.parameters():
         keys = _param_keys(param)
-        numel = int(param.numel())
+        numel = _numel(param)
         owner = _owner(keys, counted)
         if owner is not None:
             entry["shared_params"] += numel
@@ -163,6 +175,8 @@ def _account_parameters(role: str, module: "torch.nn.Module", index: _OptimizerI
             continue
         counted.update(dict.fromkeys(keys, role))
         entry["params"] += numel
+        if hasattr(param, "ds_numel"):
+            entry["partitioned_params"] += numel
         entry["weight_bytes"] += _tensor_bytes(param)
         trained = index.trains(param, keys)
         _account_grad(param, trained, entry)
