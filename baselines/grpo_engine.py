@@ -79,15 +79,20 @@ def describe(spec: Any, cfg: Config) -> dict[str, str]:
 
 
 def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
-                    advantages: torch.Tensor, cliprange: float, kl_coef: float, kl_bias_correction: bool = True
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                    advantages: torch.Tensor, cliprange: float, kl_coef: float, kl_bias_correction: bool = True,
+                    is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GRPO's per-token loss: clipped surrogate + kl_coef x k3(policy || reference) (TRL GRPOTrainer's form);
     with ``kl_bias_correction`` the k3 is multiplied by the ratio exp(logp - old_logp), as TRL does by default.
+
+    ``is_weights`` (b, T): truncated importance-sampling weights of the vLLM backend (Engine.importance_weights),
+    multiplying the surrogate only, not the KL term, as TRL's ``vllm_importance_sampling_correction`` does.
 
     Shape: logp, old_logp, ref_logp (b, T) nats, advantages (b,) -> loss (b, T), stats of (b, T) detached terms.
     Aggregate with ``rl_math.loss_weights(mask, TRL_LOSS_AGGREGATION[loss_type])``.
     """
     per_token, stats = M.clipped_policy_loss(logp, old_logp, advantages.unsqueeze(1), cliprange)
+    if is_weights is not None:
+        per_token = per_token * is_weights
     if ref_logp is not None:
         kl = M.kl_per_token(logp, ref_logp, "k3")
         if kl_bias_correction:
@@ -127,7 +132,7 @@ def grpo_step(engine: Engine, cfg: Config, step: int) -> dict[str, float]:
         old = logp.detach() if old_logp is None else old_logp[rows]
         ref = None if ref_logp is None else ref_logp[rows]
         per_token, stats = grpo_token_loss(logp, old, ref, advantages[rows], cfg.cliprange, kl_coef,
-                                           cfg.kl_bias_correction)
+                                           cfg.kl_bias_correction, engine.importance_weights(batch, rows, old))
         loss = (per_token * weights).sum()
         return loss, {"loss": loss, "entropy": (entropy * weights).sum(),
                       **{name: (v * weights).sum() for name, v in stats.items()}}

@@ -156,6 +156,8 @@ def ppo_step(engine: Engine, cfg: Config, step: int) -> dict[str, float]:
     def loss_fn(rows: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logp, entropy = engine.logprobs(engine.actor, batch, rows, with_entropy=True)
         pg_loss, pg_stats = M.clipped_policy_loss(logp, old_logp[rows], advantages[rows], cfg.cliprange)
+        is_weights = engine.importance_weights(batch, rows, old_logp[rows])  # vLLM backend, cap > 0 only
+        pg_loss = pg_loss if is_weights is None else pg_loss * is_weights
         values = engine.values(batch, rows)
         vf_loss, vf_stats = M.clipped_value_loss(values, old_values[rows], returns[rows], cfg.cliprange_value)
         policy, value = (pg_loss * weights).sum(), (vf_loss * weights).sum()

@@ -534,6 +534,17 @@ class Engine:
         return self.critic.values(hidden[:, -T - 1: -1])
 
     @torch.no_grad()
+    def importance_weights(self, batch: Rollout, rows: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor | None:
+        """Truncated importance-sampling weights min(exp(old_logp - logp_vllm), cap) of ``rows``: (m, T), detached;
+        None unless the vLLM backend sampled the batch and ``generation.importance_sampling_cap`` > 0 (the default 0
+        is off). They correct the surrogate for vLLM sampling from slightly different numerics than the trainer's."""
+        cap = self.spec.generation.importance_sampling_cap
+        if cap <= 0 or batch.sampler_logprobs is None:
+            return None
+        ratio = torch.exp(old_logp.detach().float() - batch.sampler_logprobs[rows])
+        return torch.clamp(ratio, max=cap) * batch.mask[rows]
+
+    @torch.no_grad()
     def rollout_logprobs(self, model: nn.Module, batch: Rollout) -> torch.Tensor:
         """``logprobs`` of the whole batch in eval mode, micro-batch by micro-batch: (b, T)."""
         model.eval()

@@ -228,3 +228,93 @@ def test_the_page_and_summary_show_the_backend(tmp_path: Path) -> None:
     assert '<h2 id="generation_backend">Generation backend</h2>' in page
     assert "24.00 GiB (vLLM preallocation, configured)" in page
     assert "## Generation backend" in (suite / "summary.md").read_text()
+
+
+# -- TRL's vLLM seam counts what vLLM returned ------------------------------------------------------------------
+def test_trl_vllm_seam_times_and_counts_its_tokens() -> None:
+    from bench.telemetry import Telemetry
+    from bench.telemetry import trl_hooks
+
+    calls: list[int] = []
+    completions = [[5, 6, 2], [7, 2], [8, 9, 10, 11]]  # vLLM's ids end at the stop token, unpadded
+
+    def vllm_generate(prompts: Any, images: Any, num_generations: int, profiler: Any = None) -> Any:
+        return [[1, 2]] * 3, completions, [[[-0.1]] * len(c) for c in completions], None
+
+    with Telemetry("cpu", interval_s=0.05, warmup_steps=0) as tel:
+        wrapped = trl_hooks._counting_vllm_generate(vllm_generate, tel, lambda: calls.append(1))
+        out = wrapped([[1, 2]], None, 3)
+        with tel.phase("evaluation"):  # evaluation's generation is not training throughput
+            wrapped([[1, 2]], None, 3)
+    assert out[1] is completions and calls == [1]
+    assert (tel.counters["completions"], tel.counters["generated_tokens"]) == (3, 9)
+    assert trl_hooks.vllm_output_counts(("unexpected",)) == (0, 0)
+
+
+# -- the engine's sampler monitors and truncated importance sampling (no vLLM needed: the batch carries the logps) --
+def _batch(sampler: Any) -> Any:
+    import torch
+
+    from baselines.rollout_engine import Rollout
+
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    empty = torch.zeros(2, 3, dtype=torch.long)
+    return Rollout([{}, {}], empty, empty, empty, empty, mask, torch.tensor([True, False]), ["", ""],
+                   None if sampler is None else sampler * mask)
+
+
+def test_importance_weights_are_truncated_ratios_and_off_by_default() -> None:
+    import math
+    from types import SimpleNamespace
+
+    import torch
+
+    from baselines.rollout_engine import Engine
+
+    old = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -3.0, -1.0]])
+    sampler = torch.tensor([[-1.0, -0.5, -1.0], [-1.5, -3.0, -0.9]])
+    rows = torch.arange(2)
+    engine = SimpleNamespace(spec=load_spec("cpu-quick", ["generation.importance_sampling_cap=2"]))
+    weights = Engine.importance_weights(engine, _batch(sampler), rows, old)
+    # exp(old - sampler): 1, e^-1.5, (masked); e^1 = 2.72 -> cap 2, 1, e^-0.1
+    expected = torch.tensor([[1.0, math.exp(-1.5), 0.0], [2.0, 1.0, math.exp(-0.1)]])
+    assert torch.allclose(weights, expected)
+    assert Engine.importance_weights(engine, _batch(None), rows, old) is None  # transformers backend: nothing
+    engine.spec = load_spec("cpu-quick")  # cap 0: off
+    assert Engine.importance_weights(engine, _batch(sampler), rows, old) is None
+
+
+def test_is_weights_scale_the_surrogate_not_the_kl() -> None:
+    import torch
+
+    from baselines.grpo_engine import grpo_token_loss
+
+    logp = torch.tensor([[-1.0, -2.0]])
+    ref = torch.tensor([[-1.5, -1.0]])
+    args = (logp, logp, ref, torch.tensor([1.0]), 0.2, 0.1)
+    plain, stats = grpo_token_loss(*args)
+    weighted, _ = grpo_token_loss(*args, is_weights=torch.tensor([[0.5, 2.0]]))
+    kl = 0.1 * stats["kl"]
+    assert torch.allclose(weighted - kl, (plain - kl) * torch.tensor([[0.5, 2.0]]))
+
+
+def test_sampler_mismatch_counts_each_row_once_before_the_update() -> None:
+    import math
+
+    import torch
+
+    from baselines.rollout_engine import SamplerMismatch
+
+    sampler = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
+    batch = _batch(sampler)
+    trainer = torch.tensor([[-1.5, -1.0, -7.0], [-2.0, -1.0, -2.5]])
+    monitor = SamplerMismatch(2)
+    monitor.add(torch.tensor([1]), trainer[1:], batch)
+    monitor.add(torch.arange(2), trainer, batch)  # row 1 again: not counted twice
+    monitor.closed = True
+    monitor.add(torch.arange(2), trainer + 5, batch)  # after the optimizer step: ignored
+    d = [-0.5, 0.0, 0.0, 1.0, -0.5]  # trainer - sampler over the 5 real tokens
+    metrics = monitor.metrics()
+    assert metrics["sampler_logprob_abs_diff"] == pytest.approx(sum(map(abs, d)) / 5)
+    assert metrics["sampler_kl"] == pytest.approx(sum(math.exp(x) - 1 - x for x in d) / 5)
+    assert SamplerMismatch(2).metrics() == {}

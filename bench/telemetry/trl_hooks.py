@@ -37,8 +37,9 @@ Where the time goes, per trainer, in trl 1.16:
   ``_prepare_inputs`` are excluded by the exclusive-time rule) and the optimizer step (callback). Gradient
   clipping and the LR scheduler fall in 'other'.
 - generation (GRPO): ``generate`` on the unwrapped policy, which also counts completions and generated
-  tokens. The vLLM path (``trainer.vllm_generation.generate``) and the continuous-batching path
-  (``generate_batch``) are timed but their tokens are not counted.
+  tokens. The vLLM path (``trainer.vllm_generation.generate``, generation.backend vllm) is timed and counted
+  from the token ids it returns; the continuous-batching path (``generate_batch``) is timed but its tokens are
+  not counted.
 - reward (GRPO): each reward function (modules: forward hooks). Async functions run on TRL's event-loop
   thread, where phases cannot be driven: the reward seam is then missing.
 - reference (GRPO with ``beta != 0``; DPO): forward hooks on ``trainer.ref_model``; with PEFT and no ref
@@ -392,8 +393,41 @@ def _vllm_generate(trainer: Any, telemetry: Telemetry, state: _SeamState) -> str
     vllm = getattr(trainer, "vllm_generation", None)
     if vllm is None or not callable(getattr(vllm, "generate", None)):
         return "trainer.vllm_generation.generate not found"
-    vllm.generate = _wrap_in_phase(vllm.generate, telemetry, "generation", state.counter("vllm_generate"))
+    if not getattr(vllm.generate, _MARK, False):
+        vllm.generate = _counting_vllm_generate(vllm.generate, telemetry, state.counter("vllm_generate"))
     return None
+
+
+def vllm_output_counts(output: Any) -> tuple[int, int]:
+    """(completions, generated tokens) of one ``VLLMGeneration.generate`` return value (trl 1.16: a tuple
+    ``(prompt_ids, completion_ids, logprobs, logprob_token_ids)``). vLLM's completion ids end at the stop token
+    (included), with no padding, so each one's length is its generated tokens. An unknown layout counts (0, 0)."""
+    if not isinstance(output, (tuple, list)) or len(output) < 2 or not isinstance(output[1], list):
+        return 0, 0
+    completions = output[1]
+    return len(completions), sum(len(ids) for ids in completions)
+
+
+def _counting_vllm_generate(fn: Callable[..., Any], telemetry: Telemetry,
+                            on_call: Callable[[], None]) -> Callable[..., Any]:
+    """``fn`` timed as phase 'generation' with its completions and tokens added to the counters, like the
+    transformers ``generate`` seam; TRL's vLLM returns token ids, so they are counted from what it returned."""
+
+    @functools.wraps(fn)
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        if "evaluation" in telemetry.active_phases():
+            return fn(*args, **kwargs)
+        on_call()
+        with telemetry.phase("generation"):
+            output = fn(*args, **kwargs)
+        if telemetry.enabled:
+            completions, tokens = vllm_output_counts(output)
+            telemetry.counters["completions"] = telemetry.counters.get("completions", 0) + completions
+            telemetry.counters["generated_tokens"] = telemetry.counters.get("generated_tokens", 0) + tokens
+        return output
+
+    setattr(generate, _MARK, True)
+    return generate
 
 
 def _reward_functions(trainer: Any, telemetry: Telemetry, state: _SeamState) -> str | None:
