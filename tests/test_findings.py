@@ -10,7 +10,8 @@ import pytest
 from report_fixtures import RUN_COMMAND, run_without_torch, write_suite
 
 from bench.report import build_report, load_suite
-from bench.report.claims import NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, claims_table, load_claims
+from bench.report.claims import (BY_CONSTRUCTION, NOT_BY_CONSTRUCTION, NOT_MEASURED, NOT_SUPPORTED, SUPPORTED,
+                                 VERDICTS, claims_table, load_claims)
 from bench.report.findings import findings
 
 SECTION_IDS = ["findings", "claims", "headline", "cite", "results", "paired", "networks", "throughput",
@@ -57,7 +58,8 @@ def test_headline_numbers_equal_the_fixtures(full: Path) -> None:
     assert ppo["completions/s"] == "120.00" and ppo["tokens/s"] == "2,400.0" and ppo["s/step (median)"] == "0.533 s"
     assert ppo["accuracy suite-strict before → after (95% CI)"].startswith("25.0% [") and "→ 15.0% [" in ppo[
         "accuracy suite-strict before → after (95% CI)"]
-    assert ppo["n questions"] == "400" and ppo["seeds"] == "0" and ppo["status"] == "ok"
+    assert ppo["n questions (independent units)"] == "400 (400 problems)"  # one question per problem
+    assert ppo["seeds"] == "0" and ppo["status"] == "ok"
     # The best value of a column is marked: fastest generation is the suite engine's GRPO, best accuracy TRL's.
     engine = dict(zip(header, rows["GRPO (suite engine)"]))
     assert engine["completions/s"] == "**200.00**" and not ppo["completions/s"].startswith("**")
@@ -86,12 +88,14 @@ def test_findings_say_only_what_the_fixtures_support(full: Path) -> None:
     assert "PPO (reward model)'s static training memory is 2.00× GRPO (TRL)'s: 34.00 MiB vs 17.00 MiB" in text
     assert "The critic alone costs 16.00 MiB" in text
     # PPO with the learned reward model is 25 points below GRPO on the same 400 questions: significant.
-    assert any("GRPO (TRL) vs PPO (reward model): +25.0 pp" in f and "significant" in f and "Holm" in f
+    assert any("GRPO (TRL) vs PPO (reward model) (seed 0): +25.0 pp" in f and "significant" in f and "Holm" in f
                for f in found)
     # GRPO vs the suite engine's GRPO (160 vs 156 of 400) is not.
     assert re.search(r"3 are not significantly different, the largest such gap GRPO \(TRL\) vs GRPO \(suite engine\) "
                      r"\+1\.0 pp", text)
-    assert "Control (lr 0, the noise floor): 25.0%" in text
+    # The control arm is a pipeline check (after equals start on every question), not a "noise floor" of accuracy.
+    assert "Control (lr 0), the pipeline check: accuracy after equals its start exactly" in text
+    assert "noise floor): 25.0%" not in text
     # Against the start (100 of 400): GRPO +15 pp is significant, PPO's -10 pp too, the control's 0 is not.
     start = next(f for f in found if f.startswith("Against the starting checkpoint"))
     assert "improved significantly: GRPO (TRL) +15.0 pp" in start and "declined significantly: PPO (reward model) " \
@@ -107,14 +111,21 @@ def test_claims_verdicts(full: Path) -> None:
     table = claims_table(load_suite(full))
     verdicts = {row[0]: row[-1] for row in table.rows}
     claims = {c["id"]: c["claim"] for c in load_claims()}
-    assert verdicts[claims["ppo-four-networks"]] == SUPPORTED
-    assert verdicts[claims["ppo-doubles-static"]] == SUPPORTED  # 34 / 17 = 2.00
-    assert verdicts[claims["critic-saving"]] == SUPPORTED  # 33 - 17 = 16 MiB = the critic's weights+grads+Adam
+    # Issue 23, point 6: what follows from how the recipes are built is "true by construction", apart from what a
+    # measurement could have refuted.
+    assert verdicts[claims["ppo-four-networks"]] == BY_CONSTRUCTION
+    assert verdicts[claims["ppo-doubles-static"]] == BY_CONSTRUCTION  # 34 / 17 = 2.00, arithmetic of the recipes
+    assert verdicts[claims["critic-saving"]] == BY_CONSTRUCTION  # 33 - 17 = 16 MiB = the critic's weights+grads+Adam
+    assert verdicts[claims["grpo-no-reward-network"]] == BY_CONSTRUCTION
+    assert verdicts[claims["critic-passes-gone"]] == BY_CONSTRUCTION
     assert verdicts[claims["ppo-doubles-vram"]] == NOT_MEASURED  # cpu-rss only: never a VRAM verdict
     assert verdicts[claims["group-size-4-8"]] == NOT_MEASURED  # one G
     assert verdicts[claims["advantage-negligible"]] == NOT_MEASURED  # no separate advantage phase
-    assert set(verdicts.values()) <= {SUPPORTED, NOT_SUPPORTED, NOT_MEASURED}
+    bf16 = next(row for row in table.rows if row[0] == claims["bf16-rounds-updates"])
+    assert bf16[-1] == NOT_MEASURED and "cannot be measured by a suite run" in bf16[3]
+    assert set(verdicts.values()) <= set(VERDICTS)
     assert all(len(row) == 5 and row[1] and row[2] for row in table.rows)  # source and method for each
+    assert "By construction" in table.notes[0] and "Measured: 0 supported" in table.notes[0]
 
 
 def test_claims_verdict_follows_the_measurement(tmp_path: Path) -> None:
@@ -126,7 +137,65 @@ def test_claims_verdict_follows_the_measurement(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     claims = {c["id"]: c for c in load_claims()}
     table = claims_table(load_suite(suite), [claims["ppo-doubles-static"]])
-    assert table.rows[0][-1] == NOT_SUPPORTED and "×" in table.rows[0][3]
+    assert table.rows[0][-1] == NOT_BY_CONSTRUCTION and "×" in table.rows[0][3]
+
+
+def test_a_lora_reference_that_shares_the_actors_weights_is_not_a_full_network(tmp_path: Path) -> None:
+    # Issue 23, point 6: "four full networks resident" must not read true when the reference is the actor's base
+    # with the adapters off (0 weight bytes of its own, shared_with ['actor']).
+    suite = write_suite(tmp_path, methods=("grpo", "ppo"))
+    path = suite / "runs" / "ppo-s0" / "result.json"
+    data = json.loads(path.read_text())
+    data["memory"]["networks"]["reference"].update(weight_bytes=0, shared_params=500_000, shared_with=["actor"])
+    path.write_text(json.dumps(data))
+    claims = {c["id"]: c for c in load_claims()}
+    row = claims_table(load_suite(suite), [claims["ppo-four-networks"]]).rows[0]
+    assert row[-1] == NOT_BY_CONSTRUCTION, row
+    assert "3 full network(s) of 4" in row[3] and "reference (not a full network: shares the actor weights)" in row[3]
+
+
+def _g_sweep_suite(tmp_path: Path, scores: dict[tuple[str, int, int], int], extra: dict | None = None) -> Path:
+    """A suite of sweep runs over train.group_size: (method, G, seed) -> correct of N."""
+    from report_fixtures import _score, method_result
+    from bench.results import write_json_atomic
+
+    import shutil
+
+    suite_dir = write_suite(tmp_path, methods=("grpo",))
+    plan = json.loads((suite_dir / "suite.json").read_text())
+    plan["runs"] = [r for r in plan["runs"] if not r.startswith("grpo")]
+    shutil.rmtree(suite_dir / "runs" / "grpo-s0")  # the fixture's one GRPO run (G = 8, no sweep)
+    for (method, g, seed), correct in scores.items():
+        run_id = f"{method}-s{seed}@g{g}"
+        res = method_result(method, seed=seed)
+        res["run_id"] = run_id
+        res["settings"]["group_size"] = g
+        res["sweep"] = {"point": f"g{g}", "values": {"train.group_size": g, **(extra or {})}}
+        res["accuracy"]["after"] = {"strict": _score(correct), "flexible": _score(correct)}
+        write_json_atomic(suite_dir / "runs" / run_id / "result.json", res)
+        plan["runs"].append(run_id)
+    write_json_atomic(suite_dir / "suite.json", plan)
+    return suite_dir
+
+
+def test_group_size_claim_is_grpo_only_paired_over_seeds(tmp_path: Path) -> None:
+    # Issue 23, point 6: the G-sweep claim pooled every method and used overlapping intervals. Now: GRPO only, at
+    # equal other settings, seeds averaged, a paired test. G = 4 (160, 150 of 400) against G = 16 (170, 164):
+    # differences -10 and -14 of 400, mean -3.0 pp, sd 0.71 pp: t = -8.5 with 1 df, p = 0.075: not
+    # significantly below, so supported.
+    claims = {c["id"]: c for c in load_claims()}
+    scores = {("grpo", 4, 0): 160, ("grpo", 4, 1): 150, ("grpo", 16, 0): 170, ("grpo", 16, 1): 164}
+    suite = load_suite(_g_sweep_suite(tmp_path / "a", scores))
+    row = claims_table(suite, [claims["group-size-4-8"]]).rows[0]
+    assert row[-1] == SUPPORTED and "paired t-test over 2 seeds" in row[3] and "G=4 − G=16: -3.0 pp" in row[3], row
+    # An unrelated DPO point with another G and a far higher score cannot flip it: only GRPO's points count.
+    with_dpo = {**scores, ("dpo", 32, 0): 390, ("dpo", 32, 1): 395}
+    suite = load_suite(_g_sweep_suite(tmp_path / "b", with_dpo))
+    assert claims_table(suite, [claims["group-size-4-8"]]).rows[0][-1] == SUPPORTED
+    # Significantly below on every seed (differences -40 and -44 of 400, spread 1 pp): not supported.
+    worse = {("grpo", 4, 0): 130, ("grpo", 4, 1): 120, ("grpo", 16, 0): 170, ("grpo", 16, 1): 164}
+    row = claims_table(load_suite(_g_sweep_suite(tmp_path / "c", worse)), [claims["group-size-4-8"]]).rows[0]
+    assert row[-1] == NOT_SUPPORTED, row
 
 
 def test_citation_block(full: Path) -> None:
@@ -136,7 +205,7 @@ def test_citation_block(full: Path) -> None:
     assert "--resume" in rows["command (continue this folder)"][1]
     assert rows["hardware"][1].startswith("no GPU; Test Xeon, 2 logical cores")
     assert "trl 1.16.0" in rows["packages"][1] and rows["preset"][1] == "cpu-tiny"
-    assert "GRPO (TRL): n = 400, seed 0" in rows["accuracy n and seeds"][1]
+    assert "GRPO (TRL): n = 400 questions (one per problem), seed 0" in rows["accuracy n and seeds"][1]
 
 
 def test_one_method_failed_cells_and_missing_methods_render(tmp_path: Path) -> None:
@@ -263,7 +332,11 @@ def test_reward_overoptimisation_table_warning_and_finding(full: Path) -> None:
     assert rows["PPO (reward model)"][1:] == ["1.015", "1.175", "39.2%", "31.2%"]
     assert list(rows) == ["run", "PPO (reward model)"]  # only the run trained against the reward model
     texts = [f.text for f in findings(load_suite(full))]
-    assert any("reward over-optimisation" in t and "rose (+0.16)" in t and "(-8.0 pp)" in t for t in texts)
+    # Its reward model ranks held-out pairs at chance (52% of 200, interval contains 50%): with no signal to
+    # over-optimise, the line says the reward model is uninformative and PPO optimised noise (issue 23, point 9).
+    assert any("the reward model is uninformative (pair accuracy at chance" in t and "PPO optimised noise" in t
+               and "rose (+0.16" in t and "(-8.0 pp" in t for t in texts), texts
+    assert not any("reward over-optimisation:" in t for t in texts)
     # The chance-level reward model is said beside PPO (reward model): in the headline, the results and findings.
     headline = md.split("## Headline\n", 1)[1].split("\n## ", 1)[0]
     assert "> **Warning:** PPO (reward model): its reward model ranked held-out pairs 52.0% right" in headline
@@ -276,7 +349,7 @@ def test_control_arm_zero_change_is_not_a_warning(full: Path) -> None:
     assert "| Control (lr 0) | 0 | yes (0 differing questions) |" in md  # its after == before check stays
     row = md_rows(md, "Results per method")["Control (lr 0)"]
     assert row[-1] == "0.0% (lr 0: by design)"
-    assert any(f.text.startswith("Control (lr 0, the noise floor)") for f in findings(load_suite(full)))
+    assert any(f.text.startswith("Control (lr 0), the pipeline check") for f in findings(load_suite(full)))
 
 
 def test_headline_numbers_say_their_scoring_mode(full: Path) -> None:

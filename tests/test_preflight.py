@@ -303,33 +303,3 @@ def test_cpu_workers_keep_the_environment() -> None:
 def test_gpu_indices_are_validated(gpus: str) -> None:
     with pytest.raises(SpecError, match="'gpus'"):
         load_spec("cpu-quick", [f"gpus={gpus}"])
-
-
-# ----------------------------------------------------------------------------------------------
-# run_all.sh: driver CUDA version -> PyTorch wheel index
-
-
-def _print_torch_index(tmp_path: Path, version: str) -> subprocess.CompletedProcess:
-    # A copy in an empty folder: were set-up triggered it would create .venv there (and fail without pyproject).
-    script = tmp_path / "run_all.sh"
-    script.write_text((REPO / "run_all.sh").read_text())
-    proc = subprocess.run(["bash", str(script), "--print-torch-index", version], capture_output=True, text=True,
-                          timeout=30)
-    assert not (tmp_path / ".venv").exists()
-    return proc
-
-
-@pytest.mark.parametrize("driver, tag", [("11.8", "cu118"), ("12.2", "cu121"), ("12.4", "cu124"), ("12.5", "cu124"),
-                                         ("12.6", "cu126"), ("12.8", "cu128"), ("12.10", "cu129"),
-                                         ("13.0", "cu130"), ("13.2", "cu130")])
-def test_run_all_picks_the_newest_torch_index_the_driver_supports(tmp_path: Path, driver: str, tag: str) -> None:
-    proc = _print_torch_index(tmp_path, driver)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == f"https://download.pytorch.org/whl/{tag}\n"
-
-
-def test_run_all_refuses_a_driver_older_than_any_torch_build(tmp_path: Path) -> None:
-    proc = _print_torch_index(tmp_path, "11.4")
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    assert "older than any PyTorch build" in proc.stderr and "driver" in proc.stderr

@@ -235,7 +235,7 @@ def test_legend_says_which_readings_are_high_water_marks(tmp_path: Path) -> None
 
 def test_html_escapes_model_text_and_shows_everything(built: Path) -> None:
     page = (built / "index.html").read_text(encoding="utf-8")
-    assert "<title>Benchmark report: cpu-tiny</title>" in page
+    assert "<title>Benchmark report: cpu-tiny · " in page  # then what ran (citation.run_title)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<script>alert" not in page
     assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
@@ -863,8 +863,14 @@ def test_anchors_shown_only_for_the_matching_pretrained_model(stats_suite: Path,
     rows = {r[0]: r for r in table.rows}
     assert set(rows) == {"49.6% (external)", "56.7% (external)", "54.3% (external)"}
     # PPO after: 0.40 and 0.50 -> mean 45.0%; GRPO: 0.70, 0.60 -> 65.0%; the start: 8/20 = 40.0%.
-    assert rows["56.7% (external)"][2] == "45.0% (PPO (reward model) after, suite-strict, mean of 2 seed(s))"
+    # verl's GSM8K PPO trains on a rule reward: it sits beside PPO (verifier reward), which this suite did not
+    # run, never beside PPO with the learned reward model (issue 23, point 10).
+    assert rows["56.7% (external)"][2] == "not measured"
+    assert "PPO (reward model)" not in rows["56.7% (external)"][2]
     assert rows["54.3% (external)"][2] == "65.0% (GRPO after, suite-strict, mean of 2 seed(s))"
+    # The budget column says what this run did, from its spec: the LoRA anchor never claims "full fine-tuning
+    # here" for a run that used LoRA.
+    assert rows["54.3% (external)"][6].endswith("; this run: full fine-tuning")  # its spec records no more
     assert rows["49.6% (external)"][2].startswith("40.0% [")
     assert "verl" in rows["56.7% (external)"][7] and rows["56.7% (external)"][8] == "yes"
     assert rows["49.6% (external)"][8].startswith("unverified")
@@ -877,6 +883,20 @@ def test_anchors_shown_only_for_the_matching_pretrained_model(stats_suite: Path,
     local = load_suite(_stats_suite(tmp_path / "local", {"source": "path",
                                                           "name_or_path": "/models/qwen2.5-0.5b-instruct/"}))
     assert len(anchor_table(local).rows) == 3
+
+
+def test_anchor_budget_follows_the_preset_that_ran() -> None:
+    from types import SimpleNamespace
+
+    from bench.report.anchors import load_anchors, run_budget
+
+    lora = SimpleNamespace(spec={"train": {"steps": 500, "prompts_per_step": 16, "group_size": 8,
+                                           "lora": {"enabled": True, "r": 32}}, "generation": {"max_new_tokens": 256}})
+    assert run_budget(lora) == "this run: LoRA rank 32, 500 steps of 16 prompts x G 8, up to 256 new tokens"
+    assert run_budget(SimpleNamespace(spec={"train": {"lora": {"enabled": False}}})).startswith(
+        "this run: full fine-tuning")
+    assert not any("full fine-tuning here" in a["budget"] for a in load_anchors())  # the file states no run's budget
+    assert {a["value"]: a["beside"] for a in load_anchors()}[56.7] == "ppo_verifier"
 
 
 def test_a_malformed_anchor_is_refused(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_overrides_are_typed_and_applied() -> None:
         (["task.source=gsm8k", "task.path=/no/such/file.jsonl", "model.source=hub", "model.name_or_path=x/y"],
          "'task.path' '/no/such/file.jsonl' does not exist"),
         (["seeds=[0,0]"], "'seeds' has duplicates"),
-        (["parallel_runs=2", "device=auto"], "'parallel_runs' > 1 needs device=cpu"),
+        (["parallel_runs=3", "device=cuda", "gpus=[0,1]"], "'parallel_runs' is 3 but 'gpus' lists 2 GPU(s)"),
         (["train.steps"], "override 'train.steps' has no '='"),
         (["methods.grpo.enabled=false", "methods.grpo_engine.enabled=false", "methods.ppo.enabled=false",
           "methods.ppo_verifier.enabled=false", "methods.dpo.enabled=false"], "no method is enabled"),

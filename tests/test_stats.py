@@ -185,13 +185,22 @@ def test_paired_t_test_by_hand() -> None:
 def test_paired_t_test_degenerate_cases() -> None:
     one = stats.paired_t_test([0.6], [0.5])  # one seed: a difference but no spread to judge it by
     assert one["mean_diff"] == pytest.approx(0.1) and one["p_value"] is None and one["t"] is None
+    assert one["undefined"] == stats.ONE_PAIR
     same = stats.paired_t_test([0.5, 0.6], [0.5, 0.6])  # identical runs (the control arm against its start)
-    assert same["p_value"] == 1.0 and same["low"] == same["high"] == 0.0
-    shifted = stats.paired_t_test([0.6, 0.7], [0.5, 0.6])  # every seed exactly 0.1 apart: zero spread
-    assert shifted["p_value"] == 0.0 and shifted["t"] == float("inf")
+    assert same["p_value"] is None and same["undefined"] == stats.ZERO_SPREAD
+    # Every seed exactly 0.1 apart: zero spread. Dividing by the zero standard error gave p = 0 ("significant");
+    # the test is undefined there, so it has no p-value and no interval (issue 23, point 2).
+    shifted = stats.paired_t_test([0.6, 0.7], [0.5, 0.6])
+    assert shifted["p_value"] is None and shifted["t"] is None and shifted["low"] is None
+    assert shifted["undefined"] == stats.ZERO_SPREAD and shifted["mean_diff"] == pytest.approx(0.1)
     # 0.3 - 0.2 = 0.09999999999999998 and 0.8 - 0.7 = 0.10000000000000009: float rounding, not a spread.
     rounded = stats.paired_t_test([0.3, 0.8], [0.2, 0.7])
-    assert rounded["p_value"] == 0.0 and rounded["low"] == rounded["high"]
+    assert rounded["p_value"] is None and rounded["undefined"] == stats.ZERO_SPREAD
+    # The lr-0 control (seed-invariant) against a method that lands on the same score every seed: 2 questions
+    # of 5,000 apart on each of 3 seeds. Holm leaves the undefined test out rather than adjusting a p of 0.
+    control = stats.paired_t_test([0.4554, 0.4554, 0.4554], [0.4550, 0.4550, 0.4550])
+    assert control["p_value"] is None and stats.holm_adjust([control["p_value"], 0.01]) == [None, 0.01]
+    assert stats.paired_t_test([0.6, 0.5, 0.7], [0.5, 0.45, 0.55])["undefined"] is None
     with pytest.raises(ValueError):
         stats.paired_t_test([0.1, 0.2], [0.1])
 
@@ -200,3 +209,86 @@ def test_mean_sd() -> None:
     # [2, 4, 6]: mean 4, sd = sqrt((4 + 0 + 4) / 2) = 2.
     assert stats.mean_sd([2, 4, 6]) == (4.0, 2.0)
     assert stats.mean_sd([3]) == (3.0, None)
+
+
+# --- clustered questions -------------------------------------------------------------------------------
+def test_clustered_proportion_by_hand() -> None:
+    # Two clusters of two questions, [right, right] and [wrong, wrong]: p = 0.5, n = 4, K = 2, y = (2, 0),
+    # m = (2, 2). sum (y - p m)^2 = 1 + 1 = 2; v = K / (K - 1) * 2 / n^2 = 2 * 2 / 16 = 0.25; the binomial
+    # variance is 0.25 / 4 = 0.0625, so deff = 4 and n_eff = 1. Wilson at p = 0.5, n = 1: denom = 4.8416,
+    # center = 0.5, half = (1.96 / 4.8416) * sqrt(0.25 + 0.9604) = 0.4048248 * 1.1001818 = 0.4453809.
+    out = stats.clustered_proportion([True, True, False, False], ["a", "a", "b", "b"])
+    assert (out["n"], out["clusters"], out["correct"]) == (4, 2, 2)
+    assert out["design_effect"] == pytest.approx(4.0) and out["effective_n"] == pytest.approx(1.0)
+    assert out["low"] == pytest.approx(0.5 - 0.4453809, abs=1e-6)
+    assert out["high"] == pytest.approx(0.5 + 0.4453809, abs=1e-6)
+
+
+def test_clustered_proportion_widens_with_copies_and_is_wilson_without() -> None:
+    # 100 workings asked 10 times each with identical verdicts carry the evidence of 100 questions, not 1,000.
+    verdicts = [i % 3 == 0 for i in range(100)]
+    copies = [v for v in verdicts for _ in range(10)]
+    clusters = [i for i in range(100) for _ in range(10)]
+    clustered = stats.clustered_proportion(copies, clusters)
+    assert clustered["design_effect"] > 9.5
+    wide = stats.wilson_interval(sum(verdicts), 100)
+    assert clustered["low"] == pytest.approx(wide[0], abs=0.01) and clustered["high"] == pytest.approx(wide[1], abs=0.01)
+    # One question per cluster (real GSM8K, the synthetic test split) is Wilson exactly: nothing changes.
+    alone = stats.clustered_proportion(copies, list(range(1000)))
+    assert (alone["low"], alone["high"]) == stats.wilson_interval(sum(copies), 1000)
+    assert alone["design_effect"] == 1.0 and alone["clusters"] == 1000
+    assert stats.clustered_proportion(copies)["low"] == alone["low"]
+    # All right: no spread to estimate the design effect from, so each cluster counts once (n_eff = K).
+    allright = stats.clustered_proportion([True] * 6, [0, 0, 0, 1, 1, 1])
+    assert allright["effective_n"] == 2 and allright["low"] == pytest.approx(stats.wilson_interval(2, 2)[0])
+    with pytest.raises(ValueError):
+        stats.clustered_proportion([True, False], [0])
+
+
+def test_clustered_mcnemar_by_hand() -> None:
+    # Cluster x: A only right on 3 questions (d = 3); y: B only right on 1 (d = -1); z: A only right on 1 (d = 1);
+    # w: both right on 2 (d = 0). X^2 = (3 - 1 + 1)^2 / (9 + 1 + 1) = 9 / 11 = 0.8181818; p = P(chi2_1 >= X^2)
+    # = erfc(sqrt(X^2 / 2)) = erfc(0.6396021) = 0.3657...; per question (exact McNemar, 4 vs 1) p = 0.375.
+    a = [True, True, True, False, True, True, True]
+    b = [False, False, False, True, False, True, True]
+    clusters = ["x", "x", "x", "y", "z", "w", "w"]
+    out = stats.clustered_mcnemar(a, b, clusters)
+    assert out["test"] == stats.CLUSTERED_MCNEMAR and out["clusters"] == 4
+    assert out["statistic"] == pytest.approx(9 / 11)
+    assert out["p_value"] == pytest.approx(0.3657, abs=2e-4)
+    assert (out["a_only"], out["b_only"]) == (4, 1)
+    # A cluster whose discordant questions cancel (one each way) carries no evidence either way.
+    balanced = stats.clustered_mcnemar([True, False], [False, True], [0, 0])
+    assert balanced["p_value"] == 1.0
+
+
+def test_clustered_mcnemar_counts_copies_once_and_is_exact_without_clusters() -> None:
+    # 10 workings where A alone is right, each asked 12 times: per question 120 vs 0 (exact p ~ 1e-36); per
+    # working, 10 clusters with d_k = 12: X^2 = 120^2 / (10 * 144) = 10, p = erfc(sqrt 5) = 0.0015654.
+    a = [True] * 120 + [False] * 40
+    b = [False] * 120 + [False] * 40
+    clusters = [i // 12 for i in range(120)] + list(range(100, 140))
+    out = stats.clustered_mcnemar(a, b, clusters)
+    assert out["statistic"] == pytest.approx(10.0)
+    assert out["p_value"] == pytest.approx(0.0015654, abs=1e-6)
+    assert stats.mcnemar_test(a, b)["p_value"] < 1e-30
+    single = stats.clustered_mcnemar(a, b, list(range(160)))
+    assert single["test"] == stats.EXACT_MCNEMAR and single["p_value"] == stats.mcnemar_test(a, b)["p_value"]
+    assert stats.clustered_mcnemar(a, b)["p_value"] == single["p_value"]
+
+
+def test_cluster_bootstrap_resamples_clusters() -> None:
+    # 40 workings x 10 copies, A right on every copy of 20 of them, B on every copy of 18 (other ones):
+    # the per-question bootstrap thinks it has 400 independent pairs, the cluster bootstrap 40.
+    a = [(i // 10) < 20 for i in range(400)]
+    b = [(i // 10) >= 22 for i in range(400)]
+    clusters = [i // 10 for i in range(400)]
+    by_cluster = stats.cluster_bootstrap(a, b, clusters)
+    by_question = stats.paired_bootstrap(a, b)
+    assert by_cluster["mean_diff"] == pytest.approx(by_question["mean_diff"]) == pytest.approx(0.05)
+    assert by_cluster["clusters"] == 40
+    assert (by_cluster["high"] - by_cluster["low"]) > 2.5 * (by_question["high"] - by_question["low"])
+    assert stats.cluster_bootstrap(a, b, clusters) == by_cluster  # seeded: reproducible
+    # One question per cluster: the per-question bootstrap, number for number.
+    single = stats.cluster_bootstrap(a, b, list(range(400)))
+    assert {k: single[k] for k in by_question} == by_question and single["clusters"] == 400

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,12 +149,58 @@ def test_held_out_share_of_workings_is_the_test_share() -> None:
     assert abs(sum(flags) / len(flags) - TEST_SHARE_PERCENT / 100) < 0.02
 
 
-@pytest.mark.parametrize(("max_operand", "max_steps"), [(20, 2), (9, 1), (50, 3)])
-def test_synthetic_splits_hold_out_every_test_working(max_operand: int, max_steps: int) -> None:
-    train, test = synthetic_splits(2000, 400, seed=5, max_operand=max_operand, max_steps=max_steps)
+@pytest.mark.parametrize(("max_operand", "max_steps", "test_size"), [(20, 2, 400), (9, 1, 40), (50, 3, 400)])
+def test_synthetic_splits_hold_out_every_test_working(max_operand: int, max_steps: int, test_size: int) -> None:
+    # (9, 1): one-step workings with operands up to 9 number about 250, so only about 50 are test workings.
+    train, test = synthetic_splits(2000, test_size, seed=5, max_operand=max_operand, max_steps=max_steps)
     assert all(is_held_out(working(p["answer"])) for p in test)
     assert not any(is_held_out(working(p["answer"])) for p in train)
     assert working_overlap(train, test) == 0 and question_overlap(train, test) == 0
+
+
+@pytest.mark.parametrize(("max_operand", "max_steps", "test_size"), [(20, 2, 2000), (9, 1, 48), (50, 3, 500)])
+def test_synthetic_test_split_asks_each_working_once(max_operand: int, max_steps: int, test_size: int) -> None:
+    # Issue 23, point 1: the test split drew distinct questions, not distinct workings (cpu-tiny's 5,000 test
+    # questions came from 2,099 workings), and verdicts within a working agree, so per-question intervals were
+    # several times too narrow. Now each test working is asked once: the questions are independent units.
+    _, test = synthetic_splits(100, test_size, seed=1234, max_operand=max_operand, max_steps=max_steps)
+    assert len({working(p["answer"]) for p in test}) == len(test) == test_size
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_tiny_task() -> Any:
+    """cpu-tiny's splits, loaded once for the tests that read them (20,000 + 5,000 problems)."""
+    return load_task(load_spec("cpu-tiny"))
+
+
+def test_cpu_tiny_test_split_has_one_question_per_working_and_records_its_steps() -> None:
+    data = _cpu_tiny_task()
+    checks = data.checks
+    assert checks["questions"] == checks["clusters"] == 5000 and checks["cluster_unit"] == "working"
+    assert checks["working_overlap"] == 0 and checks["question_overlap"] == 0
+    # Held out by working, not by step: every test working is a new combination of steps training also uses
+    # (issue 23, point 3). The counts are recorded, and the split's description says so.
+    train_steps = {t for p in data.train for t in working(p["answer"]).split()}
+    steps_seen = [[s in train_steps for s in working(p["answer"]).split()] for p in data.test]
+    assert checks["step_overlap"] == sum(any(x) for x in steps_seen) > 0
+    assert checks["steps_all_seen"] == sum(all(x) for x in steps_seen) > 0
+    assert "held-out combinations of seen steps" in str(checks["held_out_by"])
+
+
+def test_tokenizer_corpus_comes_from_the_training_side_only() -> None:
+    # Issue 23, point 4: the tiny tokenizer's corpus (2,000 problems from a spare generator seed) held 35 test
+    # questions verbatim and 170 test workings. It now keeps only training-side workings.
+    from bench.task.data import tokenizer_corpus
+    from bench.task.problems import is_validation
+
+    corpus = tokenizer_corpus(load_spec("cpu-tiny"))
+    assert len(corpus) == 2000
+    data = _cpu_tiny_task()
+    test_questions = {format_prompt(p["question"]) for p in data.test}
+    prompts = [line.rsplit("<think>", 1)[0] for line in corpus]  # the prompt itself names <think></think>
+    assert not test_questions & set(prompts)
+    workings = [" ".join(line.rsplit("<think>", 1)[1].split("</think>", 1)[0].split()) for line in corpus]
+    assert not any(is_held_out(w) or is_validation(w) for w in workings)
 
 
 def test_synthetic_train_split_independent_of_test_size() -> None:
@@ -180,7 +228,7 @@ def test_overlap_checks_catch_a_planted_duplicate() -> None:
 @pytest.mark.parametrize("preset", ["cpu-tiny", "cpu-quick"])
 def test_shipped_presets_have_no_overlap(preset: str) -> None:
     spec = load_spec(preset)
-    data = load_task(spec)
+    data = _cpu_tiny_task() if preset == "cpu-tiny" else load_task(spec)
     assert (len(data.train), len(data.test)) == (spec.task.train_size, spec.task.test_size)
     assert data.checks["working_overlap"] == 0 and data.checks["question_overlap"] == 0
     assert "working" in str(data.checks["held_out_by"]) and data.notes == []
@@ -214,6 +262,20 @@ def test_gsm8k_files_report_shared_questions(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "test.jsonl", [GSM8K_ROWS[1]])
     assert load_task(_gsm8k_spec(tmp_path, train_size=1)).checks["question_overlap"] == 0
     assert load_task(_gsm8k_spec(tmp_path, train_size=2)).checks["question_overlap"] == 1
+
+
+def test_gsm8k_has_one_question_per_cluster(tmp_path: Path) -> None:
+    # Real GSM8K has one question per problem: its clusters are its questions, so the clustered statistics
+    # reduce to the per-question ones there (tests/test_stats.py) and nothing changes.
+    from bench.task.problems import cluster_key
+
+    write_jsonl(tmp_path / "train.jsonl", GSM8K_ROWS[:1])
+    write_jsonl(tmp_path / "test.jsonl", GSM8K_ROWS)
+    data = load_task(_gsm8k_spec(tmp_path, train_size=1, test_size=3))
+    assert data.checks["questions"] == data.checks["clusters"] == 3 and data.checks["cluster_unit"] == "question"
+    same_working = "She has 16 - 3 = <<16-3=13>>13 eggs left.\n#### 13"
+    assert cluster_key("gsm8k", "id1", same_working) != cluster_key("gsm8k", "id2", same_working)
+    assert cluster_key("synthetic", "id1", "2+3=5\n#### 5") == cluster_key("synthetic", "id2", "2+3=5\n#### 5")
 
 
 def test_gsm8k_files_without_shared_questions_have_no_note(tmp_path: Path) -> None:

@@ -284,3 +284,42 @@ FORMAT_CASES = [
 @pytest.mark.parametrize(("completion", "expected"), FORMAT_CASES)
 def test_has_format(completion: str, expected: bool) -> None:
     assert has_format(completion) is expected
+
+
+# --- leniency decided (issue 23, point 11) ----------------------------------------------------------------------
+# (completion, suite-strict, suite-flexible, lmeval-strict, lmeval-flexible). Before the decision the first three
+# read 5 in the suite's modes (crediting a gold of 5), and "The answer is 14 or 15" / "#### 14 or 15" read 14
+# while "<answer>14 or 15</answer>" was rejected. lm-eval's modes keep lm-eval's own reading (its strict-match and
+# flexible-extract regexes), shown beside the suite's.
+LENIENCY_CASES = [
+    ("<answer>minus 5</answer>", "-5", "-5", None, "5"),
+    ("<answer>Negative 5</answer>", "-5", "-5", None, "5"),
+    ("<answer>\u22125</answer>", "-5", "-5", None, "5"),  # U+2212 MINUS SIGN
+    ("<answer>\u20135</answer>", "-5", "-5", None, "5"),  # U+2013 EN DASH, the typeset minus
+    ("#### \u22125", "-5", "-5", None, "5"),
+    ("The answer is \u22125.", "-5", "-5", None, "5."),  # lm-eval keeps the period; its exact_match drops it
+    ("16\u20133", None, "3", None, "3"),  # after a digit the dash is a binary minus, as "-" is
+    ("<answer>5 minus 3</answer>", None, "3", None, "3"),  # a subtraction: two numbers, no answer
+    ("The answer is\u20145", None, "5", None, "5"),  # an em dash is punctuation, never a sign
+    ("The answer is 14 or 15", None, "15", None, "15"),
+    ("<answer>14 or 15</answer>", None, "15", None, "15"),
+    ("#### 14 or 15", None, "15", "14", "15"),
+    ("The answer is 14/15.", None, "15", None, "15."),
+    ("\\boxed{14 or 15}", None, "15", None, "15"),
+    ("The answer is 14 because 2*7=14", "14", "14", None, "14"),  # only a hedge right after the number
+    ("The answer is 14\n- next line 3", "14", "14", None, "3"),
+]
+
+
+@pytest.mark.parametrize(("text", "strict", "flexible", "lm_strict", "lm_flexible"), LENIENCY_CASES)
+def test_signs_and_hedges_are_decided(text: str, strict: str | None, flexible: str | None, lm_strict: str | None,
+                                      lm_flexible: str | None) -> None:
+    got = [extract_answer(text, m) for m in ("suite-strict", "suite-flexible", "lmeval-strict", "lmeval-flexible")]
+    assert got == [strict, flexible, lm_strict, lm_flexible]
+
+
+def test_a_negative_answer_never_earns_a_positive_gold() -> None:
+    for text in ("<answer>minus 5</answer>", "<answer>\u22125</answer>", "<answer>\u20135</answer>"):
+        assert not is_correct(text, "5") and is_correct(text, "-5")
+    assert not is_correct("The answer is 14 or 15", "14") and not is_correct("#### 14 or 15", "14")
+    assert is_correct("#### 14 or 15", "#### 14", "lmeval-strict")  # lm-eval's strict-match takes the first

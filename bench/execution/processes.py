@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, TextIO
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from bench.config.spec import Spec
 from bench.execution.plan import PlannedRun
@@ -66,26 +66,36 @@ class Progress:
 
     def _write(self, line: str, final: bool) -> None:
         with self.lock:
-            if self.inplace:
-                self.stream.write("\r\033[K" + line + ("\n" if final else ""))
-            else:
-                self.stream.write(line + "\n")
-            self.stream.flush()
+            try:
+                if self.inplace:
+                    self.stream.write("\r\033[K" + line + ("\n" if final else ""))
+                else:
+                    self.stream.write(line + "\n")
+                self.stream.flush()
+            except OSError:  # the console is gone (a closed terminal: EIO until SIGHUP is handled); the run goes on
+                pass
 
 
-def worker_env(spec: Spec, base_env: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a worker: ``base_env`` with the worker pinned to one GPU unless device is cpu.
+def worker_env(spec: Spec, base_env: Mapping[str, str], gpus: Sequence[str] | None = None) -> dict[str, str]:
+    """The environment of a one-process worker: ``base_env`` with the worker pinned to one GPU unless device is cpu.
 
     TRL trainers refuse to run when they see several GPUs without a distributed launcher, and a suite
-    measures one process on one device, so each worker sees exactly one: ``spec.gpus[0]``, else the first
-    entry of an inherited ``CUDA_VISIBLE_DEVICES`` ("3,5" -> "3"), else "0". Indices in ``spec.gpus`` are the
-    ones nvidia-smi prints, so CUDA_DEVICE_ORDER defaults to PCI_BUS_ID with them (CUDA's own default order,
-    fastest first, can differ on a mixed box). A cpu run's environment is left alone.
+    measures one process on one device, so each worker sees exactly one: the first of ``gpus`` (the slot the
+    runner gave this run, :mod:`bench.execution.devices`, as CUDA_VISIBLE_DEVICES entries); without ``gpus``,
+    ``spec.gpus[0]``, else the first entry of an inherited ``CUDA_VISIBLE_DEVICES`` ("3,5" -> "3"), else "0".
+    Indices in ``spec.gpus`` and the ones NVML counts are the ones nvidia-smi prints, so CUDA_DEVICE_ORDER defaults
+    to PCI_BUS_ID with them (CUDA's own default order, fastest first, can differ on a mixed box); entries taken from
+    an inherited CUDA_VISIBLE_DEVICES keep the inherited order. A cpu run's environment is left alone.
     """
     env = dict(base_env)
     if spec.device == "cpu":
         return env
-    if spec.gpus:
+    inherited = "CUDA_VISIBLE_DEVICES" in env and not spec.gpus
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpus[0])
+        if not inherited:
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    elif spec.gpus:
         env["CUDA_VISIBLE_DEVICES"] = str(spec.gpus[0])
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     elif "CUDA_VISIBLE_DEVICES" in env:
@@ -96,14 +106,24 @@ def worker_env(spec: Spec, base_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""The signals that stop a suite run: Ctrl-C, a kill or a job scheduler's stop, and the terminal closing (SIGHUP,
+which a terminal sends its session when it goes away). A run started under `nohup` (SIGHUP ignored) keeps ignoring
+it; one started with `setsid` has no terminal to lose."""
+
+
 class Stopper:
     """What an interrupt does to one suite run; the handlers run in the main thread, between its bytecodes.
 
-    First SIGINT / SIGTERM: remember it (the runner stops starting runs and cancels the queued ones) and send
-    SIGTERM to every running worker's process group, then SIGKILL to those still there KILL_AFTER_S later.
+    First SIGINT / SIGTERM / SIGHUP: remember it (the runner stops starting runs and cancels the queued ones) and
+    send SIGTERM to every running worker's process group, then SIGKILL to those still there KILL_AFTER_S later.
     Second: SIGKILL every worker group, call ``on_exit_now`` (release the lock, say how to resume) and exit 130
     at once. The handler takes no lock (the main thread may hold it when the signal lands) and writes to the
     console only best-effort.
+
+    SIGHUP means the terminal is gone: writing to it now fails (EIO), which would stop the runner half-way, so the
+    standard output and error that were a terminal are pointed at /dev/null first. The run then ends as after a
+    SIGTERM: the report of what finished, the lock released, and ``suite.json``'s ``last_run`` saying how to resume.
     """
 
     def __init__(self, stream: TextIO, on_exit_now: Callable[[], None] = lambda: None) -> None:
@@ -112,12 +132,16 @@ class Stopper:
         self.signal_name: str | None = None
         self._workers: dict[int, subprocess.Popen] = {}
         self._previous: dict[int, Any] = {}
+        self._terminal_fds: list[int] = []
 
     def install(self) -> None:
-        """Take over SIGINT and SIGTERM (only possible from the main thread; elsewhere nothing changes)."""
+        """Take over SIGINT, SIGTERM and SIGHUP (only possible from the main thread; elsewhere nothing changes)."""
         if threading.current_thread() is not threading.main_thread():
             return
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        self._terminal_fds = [fd for fd in (1, 2) if _isatty(fd)]  # asked now: a hung-up terminal cannot be asked
+        for signum in STOP_SIGNALS:
+            if signum == getattr(signal, "SIGHUP", None) and signal.getsignal(signum) is signal.SIG_IGN:
+                continue  # started under nohup: the user asked for the run to outlive the terminal
             self._previous[signum] = signal.signal(signum, self.handle)
 
     def restore(self) -> None:
@@ -127,6 +151,8 @@ class Stopper:
 
     def handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
+        if signum == getattr(signal, "SIGHUP", None):
+            self._detach_terminal()
         if self.requested.is_set():
             self._signal_groups(list(self._workers.values()), signal.SIGKILL)
             self._say(f"\n{name} again: workers killed, exiting now\n")
@@ -137,6 +163,24 @@ class Stopper:
         self._say(f"\n{name}: stopping (queued runs cancelled, running workers told to stop); "
                   f"send it again to exit at once\n")
         self._terminate(list(self._workers.values()))
+
+    def _detach_terminal(self) -> None:
+        """Point the descriptors that were the (now closed) terminal at /dev/null, so later writes succeed unseen."""
+        if not self._terminal_fds:
+            return
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            for fd in self._terminal_fds:
+                try:
+                    os.dup2(null, fd)
+                except OSError:
+                    continue
+        finally:
+            os.close(null)
+        self._terminal_fds = []
 
     def register(self, process: subprocess.Popen) -> None:
         """Track a started worker; one started just as a stop was requested is stopped at once."""
@@ -173,6 +217,13 @@ class Stopper:
             self.stream.flush()
         except (OSError, RuntimeError, ValueError):  # reentrant write, closed console: the stop matters more
             pass
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
 
 
 def launch_worker(run_dir: Path, progress: Progress, env: Mapping[str, str] | None = None,

@@ -1,5 +1,6 @@
-"""The runner: schedules a plan's runs (stages before what needs them, up to ``parallel_runs`` at once), one
-worker subprocess per run, records how each ended, and builds the report at the end. Starting and stopping the
+"""The runner: schedules a plan's runs (stages before what needs them, up to ``parallel_runs`` at once, each on GPUs
+of its own: :mod:`bench.execution.devices`), one worker subprocess per run, records how each ended and where it
+ran, and builds the report at the end. Starting and stopping the
 worker processes is :mod:`bench.execution.processes`; the suite folder, its lock and ``latest`` are
 :mod:`bench.execution.suite_folder`.
 
@@ -40,6 +41,7 @@ from bench.execution.sweep import job_spec, job_sweep
 from bench.execution.worker import OUT_OF_MEMORY, RUN_FILE
 from bench.execution.processes import (KILLED_FROM_OUTSIDE, Progress, Stopper, killed_from_outside, launch_worker,
                                        worker_env)
+from bench.execution.devices import DevicePlan, DevicePool, Slot, placement, plan_devices
 from bench.execution.suite_folder import (SUITE_FILE, SuiteLock, _point_latest, check_suite_dir, default_out_dir,
                                           prepare_suite_dir)
 
@@ -121,12 +123,14 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
               stream: TextIO = sys.stderr, resume_command: str | None = None) -> SuiteOutcome:
     """Run every planned run and build the report.
 
-    Stages run one at a time, in order; then the method runs, ``spec.parallel_runs`` at a time. The folder is
+    Stages run one at a time, in order; then the method runs, ``spec.parallel_runs`` at a time, each on GPUs of its
+    own (:func:`bench.execution.devices.plan_devices`, recorded in suite.json's ``schedule``). The folder is
     locked for the whole run (:class:`SuiteLock`). ``resume_command`` is what to print after an interrupt (the
     CLI passes the command line that reproduces this spec); the default names the preset alone.
     """
     suite_dir = suite_dir.resolve()  # workers get absolute paths, whatever their working directory
     runs = make_plan(spec)
+    devices = plan_devices(spec, os.environ)  # too few GPUs for parallel_runs: one line, before anything starts
     check_suite_dir(spec, suite_dir, resume)  # before anything is created or locked
     suite_dir.mkdir(parents=True, exist_ok=True)
     lock = SuiteLock(suite_dir)
@@ -135,9 +139,10 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
     stopper = Stopper(stream, on_exit_now=lambda: _exit_now(lock, stream, command))
     try:
         prepare_suite_dir(spec, suite_dir, runs, resume, resume_command)  # again, now that no other run can write
+        _write_schedule(suite_dir, devices)
         stopper.install()
         started = time.monotonic()
-        _run_all(spec, suite_dir, runs, resume, repo_dir, stream, stopper)
+        _run_all(spec, suite_dir, runs, resume, repo_dir, stream, stopper, devices)
         from bench.report import build_report
 
         index_html = build_report(suite_dir)
@@ -165,25 +170,57 @@ def _exit_now(lock: SuiteLock, stream: TextIO, command: str) -> None:
 
 
 def _run_all(spec: Spec, suite_dir: Path, runs: list[PlannedRun], resume: bool, repo_dir: Path | None,
-             stream: TextIO, stopper: Stopper) -> None:
-    """The stages in order, then the method runs on a pool; after a stop request nothing new starts."""
+             stream: TextIO, stopper: Stopper, devices: DevicePlan | None = None) -> None:
+    """The stages in order, then the method runs on a pool of ``devices.parallel_runs`` workers; after a stop
+    request nothing new starts.
+
+    Each running worker holds one slot of ``devices`` (its GPU, or its group of GPUs under a launcher) for as long
+    as it runs, and gives it back however it ends, so no two runs share a device and a failed run frees its device
+    for the next queued one. ``devices`` defaults to :func:`plan_devices` of this process's environment."""
+    devices = devices or plan_devices(spec, os.environ)
     lock = threading.Lock()
-    inplace = stream.isatty() and spec.parallel_runs == 1
-    env = worker_env(spec, os.environ)
+    inplace = stream.isatty() and devices.parallel_runs == 1
+    pool_of_slots = DevicePool(devices.slots)
 
     def execute(index: int, run: PlannedRun) -> None:
         if stopper.requested.is_set():  # queued when the interrupt came
             return
-        progress = Progress(stream, lock, inplace, index, len(runs), run)
-        execute_run(spec, suite_dir, run, resume, repo_dir, env, progress, stopper)
+        with pool_of_slots.hold() as (slot_index, slot):
+            if stopper.requested.is_set():  # the interrupt came while it waited for a device
+                return
+            progress = Progress(stream, lock, inplace, index, len(runs), run)
+            env = worker_env(spec, os.environ, slot)
+            execute_run(spec, suite_dir, run, resume, repo_dir, env, progress, stopper,
+                        gpus=slot, placed=placement(devices, slot_index, slot))
 
     numbered = list(enumerate(runs, 1))
     for index, run in numbered:
         if run.kind == "stage":
             execute(index, run)
     methods = [(index, run) for index, run in numbered if run.kind != "stage"]
-    with ThreadPoolExecutor(max_workers=spec.parallel_runs) as pool:
+    with ThreadPoolExecutor(max_workers=devices.parallel_runs) as pool:
         _wait_or_cancel([pool.submit(execute, index, run) for index, run in methods], stopper)
+
+
+def _write_schedule(suite_dir: Path, devices: DevicePlan) -> None:
+    """Record in suite.json how this `bench run` uses the machine (``schedule``: device, parallel_runs resolved,
+    the GPUs of each slot and where the list came from)."""
+    path = suite_dir / SUITE_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    meta["schedule"] = devices.to_dict()
+    write_json_atomic(path, meta)
+
+
+def _record_placement(run_dir: Path, placed: dict[str, Any] | None) -> None:
+    """Add ``placement`` (which GPU ran it, :func:`bench.execution.devices.placement`) to the run's result."""
+    result = read_result(run_dir)
+    if placed is None or result is None:
+        return
+    result["placement"] = placed
+    write_json_atomic(run_dir / RESULT_FILE, result)
 
 
 def _wait_or_cancel(futures: list[Future], stopper: Stopper) -> None:
@@ -202,9 +239,12 @@ def _wait_or_cancel(futures: list[Future], stopper: Stopper) -> None:
 
 
 def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo_dir: Path | None,
-                env: Mapping[str, str], progress: Progress, stopper: Stopper) -> None:
+                env: Mapping[str, str], progress: Progress, stopper: Stopper, gpus: Slot | None = None,
+                placed: dict[str, Any] | None = None) -> None:
     """One planned run: reuse it on --resume when complete and its inputs unchanged, else skip it when a stage
-    it reads did not finish, else start its worker and record what became of it."""
+    it reads did not finish, else start its worker (on ``gpus``, the slot it holds: ``env`` is already pinned to
+    its first GPU; a launched run gets the whole slot) and record what became of it, with ``placed`` as the
+    result's ``placement``."""
     run_dir = suite_dir / "runs" / run.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     inputs = inputs_hash(suite_dir, run)
@@ -235,7 +275,9 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
     })
     from bench.execution.launch import merge_rank_files, worker_launch
 
-    command, env = worker_launch(spec, run.kind, run.name, run_dir, env)  # accelerate launch, or None: one process
+    # accelerate launch on the slot's GPUs, or None: one process
+    command, env = (worker_launch(spec, run.kind, run.name, run_dir, env) if not gpus
+                    else worker_launch(spec, run.kind, run.name, run_dir, env, gpus=gpus))
     # command only when launched: a one-process run calls launch_worker exactly as before (tests stand in for it)
     status = (launch_worker(run_dir, progress, env, stopper) if command is None
               else launch_worker(run_dir, progress, env, stopper, command=command))
@@ -257,6 +299,7 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
             record_failure(run_dir, run, spec, "WorkerDied",
                            f"the worker exited with status {status} without a result (killed, or out of memory?); "
                            f"log: {_log_tail(run_dir)}", inputs)
+    _record_placement(run_dir, placed)
     progress.finish(_outcome_line(read_result(run_dir)))
 
 

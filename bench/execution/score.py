@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
 
+from bench.config.paths import check_path, check_suite_folder, decode_text, inside, shown
+from bench.results import SUITE_FILE
 from bench.task.export import write_jsonl_atomic
 from bench.errors import UserError
 from bench.task.problems import gold_number
@@ -54,14 +57,21 @@ def _json_objects(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]
     Raises UserError naming the file and line for a line that is not one JSON object; ``what`` says what each
     line should be, for that message.
     """
-    with path.open(encoding="utf-8") as handle:
-        for number, raw in enumerate(handle, start=1):
+    try:
+        handle = path.open("rb")  # bytes: each line is decoded on its own, so a bad byte is named by its line
+    except OSError as exc:
+        raise UserError(f"{shown(path)}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    with handle:
+        for number, data in enumerate(handle, start=1):
+            raw = decode_text(data, shown(path), first_line=number)
             if not raw.strip():
                 continue
             try:
                 row = json.loads(raw)
             except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); each line must be {what}") from None
+                raise UserError(f"{shown(path)}:{number}: not valid JSON ({exc.msg}); each line must be {what}") from None
+            except RecursionError:
+                raise UserError(f"{shown(path)}:{number}: JSON nested too deeply; each line must be {what}") from None
             if not isinstance(row, dict):
                 raise UserError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}; "
                                 f"each line must be {what}")
@@ -79,9 +89,10 @@ def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
     not a JSON object, a missing field, a gold that is not a number, or an unknown ``mode``.
     """
     mode = _mode(mode)
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: file not found; give a JSON Lines file of completions")
+    path = check_path(path, "file", "FILE", hint="give a JSON Lines file of completions",
+                      missing="does not exist (file not found)")
+    if verdicts_out is not None:
+        verdicts_out = check_verdicts_path(verdicts_out, path)
     verdicts: list[dict] = []
     correct = total = 0
     for number, row in _json_objects(path, "one JSON object"):
@@ -104,14 +115,22 @@ def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
         verdicts.append({"line": number, "extracted": extracted, "gold": gold, "correct": ok})
     if verdicts_out is not None:
         # Written only after the whole input has been read, so a bad line never leaves half a verdicts file.
-        verdicts_out = Path(verdicts_out)
         verdicts_out.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl_atomic(verdicts_out, verdicts)
     return correct, total
 
 
+def check_verdicts_path(verdicts: Path, scored: Path) -> Path:
+    """``--verdicts`` checked as a file to write (bench.config.paths.check_path) that is not the scored file: the
+    completions would be replaced by their verdicts."""
+    verdicts = check_path(verdicts, "out-file", "--verdicts", hint="give a new file, e.g. --verdicts verdicts.jsonl")
+    if verdicts.exists() and os.path.samefile(verdicts, scored):
+        raise UserError(f"--verdicts '{shown(verdicts)}' is the file being scored; it would be replaced by its "
+                        f"verdicts: give a new file, e.g. --verdicts verdicts.jsonl")
+    return verdicts
+
+
 # -- a whole suite folder ---------------------------------------------------------------------------------
-SUITE_FILE = "suite.json"
 COMPLETIONS_FILE = "completions.jsonl"
 """The per-question file of an evaluation (bench.execution.worker.EVAL_FILE), the only one that can be re-scored."""
 
@@ -164,7 +183,7 @@ def _run_ids(suite_dir: Path) -> list[str]:
     """The suite's run ids in plan order (suite.json), then any other run folder, sorted."""
     try:
         planned = [str(r) for r in json.loads((suite_dir / SUITE_FILE).read_text(encoding="utf-8")).get("runs", [])]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
         planned = []
     found = sorted(p.name for p in (suite_dir / "runs").glob("*") if (p / "result.json").is_file())
     return [r for r in planned if r in found] + [r for r in found if r not in planned]
@@ -196,8 +215,13 @@ def rescore_suite(suite_dir: Path, mode: str) -> list[tuple[str, str]]:
             results[run_id] = result
             try:
                 jobs[run_id] = json.loads((runs_dir / run_id / "run.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 jobs[run_id] = {}
+            if not isinstance(jobs[run_id], dict):
+                jobs[run_id] = {}
+            if not inside(runs_dir / run_id, suite_dir):  # a link out of the folder: its files are not ours to write
+                raise UserError(f"'{shown(runs_dir / run_id)}' leads outside the suite folder (a symbolic link?); "
+                                f"re-scoring writes into every run folder, so nothing was written")
     old_hashes = {run_id: _inputs_hash(suite_dir, _needs(jobs[run_id])) for run_id in results}
 
     lines: dict[str, str] = {}
@@ -265,17 +289,20 @@ def run_score(args: argparse.Namespace) -> int:
     with its code): a folder without suite.json, a file without --completion-field / --gold-field, ...
     """
     mode = _mode(args.mode)
-    target = Path(args.file)
+    target = check_path(args.file, "file-or-dir", "FILE_OR_SUITE_DIR", missing="does not exist (file not found)",
+                        hint="give a JSON Lines file of completions or a suite folder")
     if target.is_dir():
         if not (target / SUITE_FILE).is_file():
-            raise UserError(f"'{target}' is a folder but not a suite folder (no {SUITE_FILE}); give a folder written "
-                            "by `bench run` (e.g. reports/latest) or a JSON Lines file")
+            raise UserError(f"'{shown(target)}' is a folder but not a suite folder (no {SUITE_FILE}); give a folder "
+                            "written by `bench run` (e.g. reports/latest) or a JSON Lines file")
+        check_suite_folder(target, "FILE_OR_SUITE_DIR")  # its suite.json has the shape `bench run` writes
+        from bench.report import build_report, check_output_folder
+
+        check_output_folder(target)  # nothing in it the report could not replace (before anything is re-scored)
         if args.verdicts is not None:
             raise UserError("--verdicts is for a file; a suite folder's verdicts are written into each run's "
                             f"{COMPLETIONS_FILE}")
         lines = rescore_suite(target, mode)
-        from bench.report import build_report
-
         index = build_report(target)
         width = max((len(run_id) for run_id, _ in lines), default=0)
         for run_id, line in lines:

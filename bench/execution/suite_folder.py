@@ -8,33 +8,58 @@ import json
 import os
 import shlex
 import socket
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
+from bench.config.paths import inside, shown
 from bench.errors import UserError
-from bench.execution.plan import PlannedRun
-from bench.results import write_json_atomic
+from bench.execution.plan import PlannedRun, make_plan
+from bench.results import SUITE_FILE, is_run_id, write_json_atomic
 from bench.config.spec import Spec
 
-SUITE_FILE = "suite.json"
 LOCK_FILE = ".lock"
+LATEST = "latest"
+"""The link beside a suite folder to the newest one (REPORTS_DIR/latest; ``bench run --resume`` without --out)."""
+
 def default_out_dir(spec: Spec, reports_dir: Path) -> Path:
-    """reports/<preset>-<UTC timestamp>."""
+    """reports/<preset>-<UTC timestamp>: one folder directly inside ``reports_dir`` (the spec's ``name`` is one safe
+    file name, bench.config.rules.validate_name; checked again here, since the folder is made from it)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return reports_dir / f"{spec.name}-{stamp}"
+    folder = reports_dir / f"{spec.name}-{stamp}"
+    if not is_run_id(folder.name) or folder.name.startswith(".") or folder.parent != reports_dir:
+        raise UserError(f"the spec's name {ascii(spec.name)} does not make one folder name inside "
+                        f"'{shown(reports_dir)}'; give name letters, digits and . _ + - only")
+    return folder
+
+
+def check_run_folders(suite_dir: Path, runs: list[PlannedRun]) -> None:
+    """Every run folder the suite will create (SUITE_DIR/runs/<run id>) is one folder inside ``suite_dir``: a run
+    id is one file name (bench.results.is_run_id), and ``runs/`` or a run folder that already exists does not lead
+    out of the suite folder (a symbolic link). UserError (one line) before anything is created otherwise."""
+    root = suite_dir / "runs"
+    for path in [root] + [root / run.run_id for run in runs]:
+        if path != root and not is_run_id(path.name):
+            raise UserError(f"run id {ascii(path.name)[:100]} is not one folder name; it cannot be written inside "
+                            f"'{shown(suite_dir)}'")
+        if (path.exists() or path.is_symlink()) and not (path.is_dir() and not path.is_symlink()
+                                                         and inside(path, suite_dir)):
+            raise UserError(f"'{shown(path)}' is not a plain folder inside the suite folder (a link or a file); "
+                            f"the suite writes only inside '{shown(suite_dir)}': move it away or choose another --out")
 
 
 def check_suite_dir(spec: Spec, suite_dir: Path, resume: bool) -> None:
     """Refuse a folder that cannot take this run: on --resume, one that is not a suite folder or was made with a
     different spec; otherwise one that already holds something (a lock file alone does not count)."""
     suite_file = suite_dir / SUITE_FILE
+    check_run_folders(suite_dir, make_plan(spec))
     if resume:
         if not suite_file.is_file():
             raise UserError(f"--resume: '{suite_dir}' is not a suite run folder (no {SUITE_FILE}); "
                             f"give --out a folder written by `bench run`, or drop --resume")
         try:
             old = json.loads(suite_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise UserError(f"--resume: '{suite_file}' is unreadable ({type(exc).__name__}); "
                             f"start a new --out folder") from None
         if not isinstance(old, dict) or old.get("spec") != spec.to_dict():
@@ -214,13 +239,62 @@ def _pid_alive(pid: Any) -> bool:
 
 
 # -- the suite ------------------------------------------------------------------------------------------
-def _point_latest(suite_dir: Path) -> None:
-    """<parent>/latest -> this suite folder (a relative symlink, replaced atomically)."""
-    link = suite_dir.parent / "latest"
-    tmp = suite_dir.parent / f".latest.{os.getpid()}"
+def suite_made_link(link: Path) -> bool:
+    """Whether ``link`` is a ``latest`` link the suite made: a symbolic link whose target is one name (a sibling
+    folder, as :func:`_point_latest` writes it) that is a suite folder, or that no longer exists (a deleted one)."""
+    if not link.is_symlink():
+        return False
     try:
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(suite_dir.name)
-        os.replace(tmp, link)
+        target = os.readlink(link)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        return False
+    if not is_run_id(target) or target.startswith("."):
+        return False
+    sibling = link.parent / target
+    return not os.path.lexists(sibling) or (sibling.is_dir() and not sibling.is_symlink()
+                                            and (sibling / SUITE_FILE).is_file())
+
+
+def _point_latest(suite_dir: Path, stream: TextIO | None = None) -> bool:
+    """<parent>/latest -> this suite folder (a relative symlink, replaced atomically); True when it was pointed.
+
+    Only a ``latest`` the suite made (:func:`suite_made_link`) is replaced: a file, a folder or a link of the
+    user's by that name is left as it is, and one line on ``stream`` (default stderr) says so. The temporary link
+    gets a fresh name (nothing that exists is ever removed to make room for it).
+    """
+    link = suite_dir.parent / LATEST
+    if os.path.lexists(link) and not suite_made_link(link):
+        kind = ("a link the suite did not make" if link.is_symlink() else "a folder" if link.is_dir() else "a file")
+        _note(stream, f"bench: note: '{shown(link)}' is {kind}, so it was left as it is and does not point to this "
+                      f"suite folder; --resume needs --out {shown(suite_dir)}")
+        return False
+    for attempt in range(100):
+        tmp = suite_dir.parent / f".latest.{os.getpid()}.{attempt}"
+        try:
+            tmp.symlink_to(suite_dir.name)
+        except FileExistsError:
+            continue  # someone's file of that name: never ours to remove
+        except OSError:
+            return False
+        try:
+            if os.path.lexists(link) and not suite_made_link(link):  # appeared meanwhile: leave it
+                tmp.unlink()
+                return False
+            os.replace(tmp, link)
+            return True
+        except OSError:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            return False
+    return False
+
+
+def _note(stream: TextIO | None, line: str) -> None:
+    try:
+        out = stream or sys.stderr
+        out.write(line + "\n")
+        out.flush()
+    except (OSError, ValueError):
+        pass

@@ -18,9 +18,13 @@ from bench.execution.plan import PlannedRun
 
 # -- what the runner writes for a run ---------------------------------------------------------------------
 def job_spec(spec: Spec, run: PlannedRun) -> dict[str, Any]:
-    """The resolved spec a run's worker gets: the point's for a sweep run, else the suite's."""
+    """The resolved spec a run's worker gets: the point's for a sweep run, else the suite's (under ``seed_scope:
+    pipeline`` with the run's own seed first: the tiny model's initialisation reads ``seeds[0]``)."""
     if run.point is None:
-        return spec.to_dict()
+        data = spec.to_dict()
+        if spec.seed_scope == "pipeline":
+            data["seeds"] = [run.seed] + [s for s in spec.seeds if s != run.seed]
+        return data
     return point_spec(spec, dict(run.values)).to_dict()
 
 

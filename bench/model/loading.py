@@ -78,7 +78,8 @@ def build_tiny_tokenizer(corpus: list[str], vocab_size: int) -> Any:
 def tiny_model_dir(spec: Spec, corpus: list[str]) -> Path:
     """Build (or reuse from the cache) the tiny tokenizer + random-init Qwen2 decoder; returns its folder."""
     tiny = spec.model.tiny
-    key = settings_key("tiny-v1", vars(tiny), vars(spec.task.synthetic), spec.seeds[0], len(corpus))
+    # The corpus by content, not length: a corpus of the same size from other problems is another tokenizer.
+    key = settings_key("tiny-v2", vars(tiny), vars(spec.task.synthetic), spec.seeds[0], settings_key(corpus))
     folder = cache_root() / "tiny-models" / key
     if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
         return folder
@@ -161,6 +162,10 @@ def initial_model_source(spec: Spec, corpus: list[str]) -> str:
         return str(architecture_model_dir(spec, corpus))
     if source == "config":
         return str(random_init_dir(spec))
+    if source == "fetched":  # the model cache's converted folder (bench.model.fetch)
+        from bench.model.fetch import fetched_model_dir
+
+        return str(fetched_model_dir(str(spec.model.name_or_path)))
     return str(spec.model.name_or_path)
 
 

@@ -26,6 +26,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from bench.config.paths import check_path, shown
+from bench.errors import UserError
 from bench.report.figures import FigureInfo, build_figures
 from bench.report.html import write_html
 from bench.report.load import CSV_COLUMNS, Suite, load_suite, results_frame
@@ -33,6 +35,9 @@ from bench.report.summary import write_summary
 from bench.report.tables import write_csv
 
 FIGURES_DIR = "figures"
+OUTPUT_FILES = ("index.html", "summary.md", "results.csv", "memory_per_rank.csv")
+"""What a build writes beside figures/ (each replaced atomically; an existing symbolic link is replaced, never
+followed)."""
 
 __all__ = ["build_report", "load_suite", "results_frame", "Suite", "CSV_COLUMNS", "FIGURES_DIR"]
 
@@ -47,12 +52,36 @@ def build_report(suite_dir: Path) -> Path:
     Returns:
         The path of ``index.html``.
     """
-    suite_dir = Path(suite_dir)
+    suite_dir = check_output_folder(Path(suite_dir))
     suite = load_suite(suite_dir)
     figures = _build_figures_atomically(suite, suite_dir / FIGURES_DIR)
     write_csv(suite, suite_dir / "results.csv")
     write_summary(suite, suite_dir / "summary.md")
     return write_html(suite, figures, suite_dir / "index.html")
+
+
+def check_output_folder(suite_dir: Path) -> Path:
+    """Refuse, before anything is written, a folder the report must not be written into: not a folder, a
+    ``suite.json`` that is there but not one `bench run` writes (bench.results.suite_problems), or an output path
+    that is a folder where a file goes, or a ``figures`` that is not a plain folder inside this one (a link
+    elsewhere would have the build replace, and delete stale, PNG files outside the suite folder)."""
+    from bench.results import SUITE_FILE, read_suite_file
+
+    suite_dir = check_path(suite_dir, "dir", "suite folder", hint="give a folder written by `bench run`")
+    if (suite_dir / SUITE_FILE).exists() or (suite_dir / SUITE_FILE).is_symlink():
+        _, problems = read_suite_file(suite_dir)
+        if problems:
+            raise UserError(f"'{shown(suite_dir)}' is not a suite folder ({problems[0]}); give a folder written by "
+                            f"`bench run`, e.g. reports/latest")
+    for name in OUTPUT_FILES:
+        path = suite_dir / name
+        if path.is_dir() and not path.is_symlink():
+            raise UserError(f"'{shown(path)}' is a folder where the report writes a file; move it away first")
+    figures = suite_dir / FIGURES_DIR
+    if figures.is_symlink() or (figures.exists() and not figures.is_dir()):
+        raise UserError(f"'{shown(figures)}' is not a plain folder inside the suite folder (a link or a file); the "
+                        f"report replaces and removes PNG files there: move it away first")
+    return suite_dir
 
 
 def _build_figures_atomically(suite: Suite, figures_dir: Path) -> list[FigureInfo]:

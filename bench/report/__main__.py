@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.errors import UserError
 from bench.report import build_report
 
 
@@ -17,7 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.suite_dir.is_dir():
         print(f"error: {args.suite_dir} is not a folder; pass the suite folder that holds suite.json", file=sys.stderr)
         return 2
-    print(build_report(args.suite_dir))
+    try:
+        print(build_report(args.suite_dir))
+    except UserError as exc:  # e.g. a suite.json of the wrong shape: one line, nothing written
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0
 
 

@@ -90,6 +90,24 @@ def _measured(suite: Suite, beside: str) -> str:
     return f"{fmt.pct(mean)} ({label} after, {mode}, mean of {len(values)} seed(s))"
 
 
+def run_budget(suite: Suite) -> str:
+    """This run's training budget in the anchors' terms, from the spec that ran: LoRA (rank) or full fine-tuning,
+    steps, prompts x group size per step, new tokens."""
+    spec = suite.spec or {}
+    train = spec.get("train") or {}
+    lora = train.get("lora") or {}
+    how = f"LoRA rank {lora.get('r', '?')}" if lora.get("enabled") else "full fine-tuning"
+    gen = spec.get("generation") or {}
+    parts = [how]
+    if train.get("steps") is not None:
+        parts.append(f"{train['steps']} steps" + (f" of {train['prompts_per_step']} prompts x G {train['group_size']}"
+                                                   if train.get("prompts_per_step") and train.get("group_size")
+                                                   else ""))
+    if gen.get("max_new_tokens") is not None:
+        parts.append(f"up to {gen['max_new_tokens']} new tokens")
+    return "this run: " + ", ".join(parts)
+
+
 def anchor_table(suite: Suite, anchors: list[dict[str, Any]] | None = None) -> fmt.Table:
     """Published numbers for the suite's model beside the measured ones; empty when the model has none."""
     matched = matching_anchors(suite, anchors)
@@ -99,7 +117,8 @@ def anchor_table(suite: Suite, anchors: list[dict[str, Any]] | None = None) -> f
     for a in matched:
         verified = "yes" if a["verified"] is True else fmt.cap_text(str(a["verified"]), 300)
         rows.append([f"{float(a['value']):.1f}% (external)", str(a["what"]), _measured(suite, str(a["beside"])),
-                     str(a["prompt"]), str(a["shots"]), str(a["extraction"]), str(a["budget"]),
+                     str(a["prompt"]), str(a["shots"]), str(a["extraction"]),
+                     f"{a['budget']}; {run_budget(suite)}",
                      fmt.cap_text(str(a["source"]), 500), verified])
     _, model = suite_model(suite)
     notes = [f"External numbers for {model}, from baselines/anchors.yaml. They were measured elsewhere with their own "

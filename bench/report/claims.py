@@ -1,11 +1,17 @@
 """Claims check: the seed texts' quantitative claims (baselines/claims.yaml) beside what this run measured.
 
-Every claim gets one of three verdicts, from a rule in :data:`CHECKS` applied to the result files:
+Every claim gets one of five verdicts, from a rule in :data:`CHECKS` applied to the result files:
 
-- ``supported``: the measurement agrees with the claim (within the range its entry states);
-- ``not supported``: the measurement disagrees;
+- ``supported by measurement``: a measurement that could have come out otherwise agrees with the claim (within the
+  range its entry states): a peak memory ratio, a phase's share of time, accuracy across group sizes;
+- ``not supported by measurement``: such a measurement disagrees;
+- ``true by construction`` / ``false by construction``: the claim follows from how the recipes are built, and the
+  run only confirms the build: which networks a method keeps, that beta 0 drops the reference, that the critic
+  costs its own weights + gradients + optimizer state, that GRPO has no critic phase, and the static memory ratio
+  (PPO's 16P + 16P + 4P + 4P bytes over GRPO's 16P + 4P is 2.0 by arithmetic). Such a verdict cannot fail
+  unless the recipes change, so it is kept apart from the measured ones;
 - ``not measured in this run``: the run has no reading that could decide it (a CPU run has no VRAM; no G sweep
-  was run; the method did not finish). Never a guess.
+  was run; the method did not finish; the precision policy never stores trained weights in bf16). Never a guess.
 
 A rule returns the measured text and the verdict; the claim, its source and how it is measured come from the
 YAML, so adding a claim with an existing rule is one YAML entry.
@@ -24,10 +30,17 @@ from bench.report import fmt
 from bench.report.findings import accuracy, headline_mode, mib, network_bytes, ok_methods
 from bench.report.load import Run, Suite
 
-SUPPORTED = "supported"
-NOT_SUPPORTED = "not supported"
+SUPPORTED = "supported by measurement"
+NOT_SUPPORTED = "not supported by measurement"
+BY_CONSTRUCTION = "true by construction"
+NOT_BY_CONSTRUCTION = "false by construction"
 NOT_MEASURED = "not measured in this run"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, NOT_MEASURED)
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, BY_CONSTRUCTION, NOT_BY_CONSTRUCTION, NOT_MEASURED)
+CSS_CLASS = {SUPPORTED: "supported", NOT_SUPPORTED: "not-supported", BY_CONSTRUCTION: "construction",
+             NOT_BY_CONSTRUCTION: "not-supported", NOT_MEASURED: "not-measured"}
+"""The page's cell class per verdict (index.html colours measured, constructed and unmeasured verdicts apart)."""
+ALPHA = 0.05
+"""Significance level of the G-sweep claim's paired test."""
 HEADER = ["claim", "source", "how it is measured", "measured in this run", "verdict"]
 
 
@@ -79,18 +92,46 @@ def _why_missing(suite: Suite, methods: Any) -> str:
     return f"{' / '.join(names)} did not finish ok ({fmt.status_text(ran[0])})"
 
 
-def _within(ratio: float, low: float, high: float) -> str:
+def _within(ratio: float, low: float, high: float, built: bool = False) -> str:
+    if built:
+        return BY_CONSTRUCTION if low <= ratio <= high else NOT_BY_CONSTRUCTION
     return SUPPORTED if low <= ratio <= high else NOT_SUPPORTED
+
+
+def _built(ok: bool) -> str:
+    return BY_CONSTRUCTION if ok else NOT_BY_CONSTRUCTION
+
+
+def full_network(entry: Any) -> bool:
+    """A network that counts as "full": weights of its own (weight_bytes > 0) shared with no other role (a LoRA
+    reference is the actor's base with the adapters off: 0 bytes of its own, ``shared_with: ['actor']``)."""
+    if not isinstance(entry, dict):
+        return False
+    return (fmt.num(entry.get("weight_bytes")) or 0) > 0 and not entry.get("shared_with") \
+        and not (fmt.num(entry.get("shared_params")) or 0)
 
 
 # --- rules ----------------------------------------------------------------------------------------------
 def networks_present(suite: Suite, c: dict[str, Any]) -> Verdict:
+    """The roles resident while training, each a full network (own weights, none shared): by construction."""
     run = _run(suite, c["method"])
     if run is None or not network_bytes(run):
         return Verdict(_why_missing(suite, c["method"]), NOT_MEASURED)
+    entries = run.result.get("memory", {}).get("networks") or {}
     have, want = list(network_bytes(run)), _names(c["roles"])
-    verdict = SUPPORTED if set(want) <= set(have) else NOT_SUPPORTED
-    return Verdict(f"{run.label}: {len(have)} networks resident ({', '.join(have)})", verdict)
+    full = [role for role in have if full_network(entries.get(role))]
+
+    def described(role: str) -> str:
+        entry = entries.get(role)
+        if full_network(entry):
+            return role
+        shared = ", ".join(entry.get("shared_with") or []) if isinstance(entry, dict) else ""
+        why = f"shares the {shared} weights" if shared else "no weights of its own"
+        return f"{role} (not a full network: {why})"
+
+    verdict = _built(set(want) <= set(full))
+    return Verdict(f"{run.label}: {len(full)} full network(s) of {len(have)} resident "
+                   f"({', '.join(described(r) for r in have)})", verdict)
 
 
 def networks_absent(suite: Suite, c: dict[str, Any]) -> Verdict:
@@ -101,8 +142,7 @@ def networks_absent(suite: Suite, c: dict[str, Any]) -> Verdict:
         return Verdict(_why_missing(suite, c["method"]), NOT_MEASURED)
     unwanted = set(_names(c["roles"]))
     texts = [f"{r.label}: {', '.join(network_bytes(r))}" for r in runs]
-    verdict = NOT_SUPPORTED if any(unwanted & set(network_bytes(r)) for r in runs) else SUPPORTED
-    return Verdict("; ".join(texts), verdict)
+    return Verdict("; ".join(texts), _built(not any(unwanted & set(network_bytes(r)) for r in runs)))
 
 
 def beta_zero_reference(suite: Suite, c: dict[str, Any]) -> Verdict:
@@ -113,7 +153,7 @@ def beta_zero_reference(suite: Suite, c: dict[str, Any]) -> Verdict:
     run = runs[0]
     has_ref = "reference" in network_bytes(run)
     return Verdict(f"{run.label} (beta 0): {', '.join(network_bytes(run)) or 'no network count'}",
-                   NOT_SUPPORTED if has_ref else SUPPORTED)
+                   _built(not has_ref))
 
 
 def _sweep_ratio(suite: Suite, c: dict[str, Any], source: str) -> Verdict | None:
@@ -135,6 +175,8 @@ def _sweep_ratio(suite: Suite, c: dict[str, Any], source: str) -> Verdict | None
         return None
     text = "; ".join(f"{point}: {r:.2f}×" for point, r in ratios) + f" ({source}, every sweep point)"
     ok = all(c["low"] <= r <= c["high"] for _, r in ratios)
+    if source == "static accounting":  # the accounting of how each recipe is built, at every point
+        return Verdict(text, _built(ok))
     return Verdict(text, SUPPORTED if ok else NOT_SUPPORTED)
 
 
@@ -147,8 +189,9 @@ def static_ratio(suite: Suite, c: dict[str, Any]) -> Verdict:
         return Verdict(_why_missing(suite, c["a"] if a is None else c["b"]), NOT_MEASURED)
     ta, tb = sum(network_bytes(a).values()), sum(network_bytes(b).values())
     ratio = ta / tb
-    return Verdict(f"{a.label} {mib(ta)} / {b.label} {mib(tb)} = {ratio:.2f}× (accounting, exact)",
-                   _within(ratio, c["low"], c["high"]))
+    return Verdict(f"{a.label} {mib(ta)} / {b.label} {mib(tb)} = {ratio:.2f}× (accounting, exact: the sum of "
+                   f"the networks each recipe keeps, so fixed by the recipes)",
+                   _within(ratio, c["low"], c["high"], built=True))
 
 
 def peak_ratio(suite: Suite, c: dict[str, Any]) -> Verdict:
@@ -189,7 +232,7 @@ def critic_saving(suite: Suite, c: dict[str, Any]) -> Verdict:
     text = (f"{a.label} − {b.label} = {mib(diff)}; critic = {mib(critic)} (weights "
             f"{mib(fmt.num(entry.get('weight_bytes')) or 0)} + grads {mib(grads)} + optimizer {mib(optim)})")
     same = abs(diff - critic) <= 0.01 * max(critic, 1)
-    return Verdict(text, SUPPORTED if same and grads > 0 and optim > 0 else NOT_SUPPORTED)
+    return Verdict(text, _built(same and grads > 0 and optim > 0))
 
 
 def critic_time(suite: Suite, c: dict[str, Any]) -> Verdict:
@@ -200,9 +243,9 @@ def critic_time(suite: Suite, c: dict[str, Any]) -> Verdict:
     if ta is None:
         return Verdict(f"{a.label} recorded no critic phase", NOT_MEASURED)
     share = ta / (_total_time(a) or ta)
-    verdict = SUPPORTED if ta > 0 and not tb else NOT_SUPPORTED
     return Verdict(f"critic phase: {a.label} {ta:,.2f} s ({share:.0%} of its phase time); "
-                   f"{b.label} {'none' if not tb else f'{tb:,.2f} s'}", verdict)
+                   f"{b.label} {'none' if not tb else f'{tb:,.2f} s'} (the engine runs a critic phase only when "
+                   f"the method has a critic)", _built(ta > 0 and not tb))
 
 
 def _phase_time(run: Run, phase: str) -> float | None:
@@ -227,39 +270,106 @@ def phase_share_below(suite: Suite, c: dict[str, Any]) -> Verdict:
                    SUPPORTED if share < c["below"] else NOT_SUPPORTED)
 
 
+GROUP_SIZE_KEY = "train.group_size"
+
+
+def _group_size(run: Run) -> int | None:
+    g = fmt.num((run.result.get("settings") or {}).get("group_size"))
+    if g is None:
+        g = fmt.num(((run.result.get("spec") or {}).get("train") or {}).get("group_size"))
+    return None if g is None else int(g)
+
+
+def _other_settings(run: Run) -> tuple[tuple[str, str], ...]:
+    """The run's sweep values other than G: only runs equal in everything else are compared across G."""
+    values = (run.result.get("sweep") or {}).get("values") or {}
+    return tuple(sorted((str(k), repr(v)) for k, v in values.items() if k != GROUP_SIZE_KEY))
+
+
 def group_size_sweep(suite: Suite, c: dict[str, Any]) -> Verdict:
-    by_g: dict[int, list[Run]] = {}
-    for run in ok_methods(suite):
-        g = fmt.num((run.result.get("settings") or {}).get("group_size"))
-        if g is None:
-            g = fmt.num(((run.result.get("spec") or {}).get("train") or {}).get("group_size"))
-        if g is not None and accuracy(run, "after", headline_mode(suite)):
-            by_g.setdefault(int(g), []).append(run)
-    if len(by_g) < 2:
-        sizes = ", ".join(map(str, sorted(by_g))) or "none recorded"
-        return Verdict(f"one group size only (G = {sizes}); no G sweep in this run", NOT_MEASURED)
+    """G in [low, high] against the best larger G, per GRPO method at equal other settings, seeds averaged.
+
+    Only the methods the claim names (GRPO's, by default) count, and only runs that agree on every other sweep
+    value, so another method's or another setting's point cannot decide it. Per group, the G in range and the
+    larger G with the highest mean accuracy over seeds are compared by a paired test: a paired t-test over the
+    seeds both ran (two or more, with a spread), else McNemar on the same questions of one seed (clustered where
+    questions share a working). Supported when the G in range is not significantly below (p >= 0.05 or a
+    difference >= 0) in every group; not supported when it is significantly below in some group.
+    """
+    from bench.report import tables
+    from bench.scoring import stats
+
     mode = headline_mode(suite)
-    best = {g: max((accuracy(r, "after", mode) for r in runs), key=lambda s: s["accuracy"]) for g, runs in by_g.items()}
-    text = "; ".join(f"G={g}: {fmt.score_text(s)}" for g, s in sorted(best.items()))
-    inside = [s for g, s in best.items() if c["low"] <= g <= c["high"]]
-    larger = [s for g, s in best.items() if g > c["high"]]
-    if not inside or not larger:
-        return Verdict(text + " (no G on both sides of the range)", NOT_MEASURED)
-    top_in = max(inside, key=lambda s: s["accuracy"])
-    top_out = max(larger, key=lambda s: s["accuracy"])
-    ok = top_in["high"] is not None and top_out["low"] is not None and top_in["high"] >= top_out["low"]
-    return Verdict(text, SUPPORTED if ok else NOT_SUPPORTED)
+    methods = _names(c.get("methods") or ["grpo", "grpo_engine"])
+    groups: dict[tuple[Any, ...], dict[int, list[Run]]] = {}
+    for run in ok_methods(suite):
+        g = _group_size(run)
+        if run.result.get("method") in methods and g is not None and accuracy(run, "after", mode):
+            key = (run.label, _other_settings(run))
+            groups.setdefault(key, {}).setdefault(g, []).append(run)
+    swept = {k: v for k, v in groups.items() if len(v) > 1}
+    if not swept:
+        sizes = sorted({g for v in groups.values() for g in v})
+        return Verdict(f"no G sweep of {' / '.join(methods)} at equal other settings in this run (G = "
+                       f"{', '.join(map(str, sizes)) or 'none recorded'})", NOT_MEASURED)
+    texts, verdicts = [], []
+
+    def mean_acc(runs: list[Run]) -> float:
+        return sum(accuracy(r, "after", mode)["accuracy"] for r in runs) / len(runs)
+
+    for (label, others), by_g in swept.items():
+        inside = {g: runs for g, runs in by_g.items() if c["low"] <= g <= c["high"]}
+        larger = {g: runs for g, runs in by_g.items() if g > c["high"]}
+        where = label + (f" at {', '.join(f'{k}={v}' for k, v in others)}" if others else "")
+        listed = "; ".join(f"G={g}: {fmt.pct(mean_acc(runs))} (mean of {len(runs)} seed(s))"
+                           for g, runs in sorted(by_g.items()))
+        if not inside or not larger:
+            texts.append(f"{where}: {listed} (no G on both sides of the range)")
+            continue
+        g_in = max(inside, key=lambda g: mean_acc(inside[g]))
+        g_out = max(larger, key=lambda g: mean_acc(larger[g]))
+        a = {r.result.get("seed"): r for r in inside[g_in]}
+        b = {r.result.get("seed"): r for r in larger[g_out]}
+        common = sorted(set(a) & set(b), key=str)
+        diff = mean_acc(inside[g_in]) - mean_acc(larger[g_out])
+        p, how = None, "no seed in common: no paired test"
+        if len(common) >= 2:
+            test = stats.paired_t_test([accuracy(a[s], "after", mode)["accuracy"] for s in common],
+                                       [accuracy(b[s], "after", mode)["accuracy"] for s in common])
+            p, how = test["p_value"], f"paired t-test over {len(common)} seeds"
+            if test["undefined"]:
+                how += f" undefined ({test['undefined']})"
+        if p is None and common:
+            seed = common[0]
+            va, vb = tables.verdict_map(a[seed], mode), tables.verdict_map(b[seed], mode)
+            pair = tables._paired(va, vb)
+            if pair is not None:
+                test = tables.compare(*pair, tables._clusters(a[seed], b[seed], va, vb))
+                p, how = test["p_value"], f"{test['test']} on {test['n']:,} questions of seed {seed}"
+        below = p is not None and p < ALPHA and diff < 0
+        texts.append(f"{where}: {listed}; G={g_in} − G={g_out}: {100 * diff:+.1f} pp ({how}"
+                     + (f", p = {fmt.p_value_text(p)}" if p is not None else "") + ")")
+        verdicts.append(None if p is None else (NOT_SUPPORTED if below else SUPPORTED))
+    text = " | ".join(texts)
+    if not verdicts or (None in verdicts and NOT_SUPPORTED not in verdicts):
+        return Verdict(text, NOT_MEASURED)
+    return Verdict(text, NOT_SUPPORTED if NOT_SUPPORTED in verdicts else SUPPORTED)
 
 
 def bf16_updates(suite: Suite, c: dict[str, Any]) -> Verdict:
+    """Needs a run whose trained actor is stored in bf16, which the suite's precision policy never makes (it keeps
+    fp32 master weights for every trained network: bench/model/precision.py). So a suite run cannot reach a
+    verdict; the claim is measured by tests/test_precision.py instead, and the text says so."""
     for run in ok_methods(suite):
         policy = ((run.result.get("settings") or {}).get("precision") or {}).get("actor") or {}
         share = fmt.changed_fraction(run)
         if isinstance(policy, dict) and policy.get("storage") == "bfloat16" and share is not None:
             return Verdict(f"{run.label}: {fmt.pct(share)} of trained weights changed (bf16 storage)",
                            SUPPORTED if share < c["below"] else NOT_SUPPORTED)
-    return Verdict("no run stored its trained weights in bfloat16 (the suite keeps fp32 master weights)",
-                   NOT_MEASURED)
+    return Verdict("cannot be measured by a suite run: the precision policy stores every trained network in fp32 "
+                   "(master weights, bench/model/precision.py), so no run trains bf16-stored weights; "
+                   "tests/test_precision.py measures it directly (20 steps at lr 1e-6 on bf16-stored weights moved "
+                   "about 2.5% of them, with fp32 masters over 90%)", NOT_MEASURED)
 
 
 CHECKS: dict[str, Callable[[Suite, dict[str, Any]], Verdict]] = {
@@ -288,7 +398,9 @@ def claims_table(suite: Suite, claims: list[dict[str, Any]] | None = None) -> fm
         rows.append([str(claim["claim"]), str(claim.get("source", fmt.MISSING)),
                      str(claim.get("measured", fmt.MISSING)), v.measured, v.verdict])
     counts = {k: sum(r[-1] == k for r in rows) for k in VERDICTS}
-    notes = [f"{counts[SUPPORTED]} supported, {counts[NOT_SUPPORTED]} not supported, "
+    notes = [f"Measured: {counts[SUPPORTED]} supported, {counts[NOT_SUPPORTED]} not supported. By construction "
+             f"(follows from how the recipes are built; the run confirms the build, it could not refute the "
+             f"claim): {counts[BY_CONSTRUCTION]} true, {counts[NOT_BY_CONSTRUCTION]} false. "
              f"{counts[NOT_MEASURED]} not measured in this run. Claims and rules: baselines/claims.yaml, "
              f"bench/report/claims.py."] if rows else []
     return fmt.Table(HEADER, rows, notes=notes)

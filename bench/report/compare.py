@@ -16,6 +16,7 @@ from typing import Any
 
 import jinja2
 
+from bench.config.paths import check_path, check_suite_folder, shown
 from bench.errors import UserError
 from bench.report import citation, fmt
 from bench.report.findings import accuracy, headline_mode, network_bytes
@@ -44,11 +45,27 @@ class Value:
 
 
 def check_folder(path: Path) -> None:
-    """Raise UserError (one line, exit 2) unless ``path`` is a suite folder."""
-    if not path.is_dir():
-        raise UserError(f"'{path}' is not a folder; give suite folders written by `bench run`, e.g. reports/latest")
-    if not (path / SUITE_FILE).is_file():
-        raise UserError(f"'{path}' is not a suite run folder (no {SUITE_FILE}); give folders written by `bench run`")
+    """Raise UserError (one line, exit 2) unless ``path`` is a suite folder (bench.config.paths.check_suite_folder:
+    a folder whose suite.json has the shape `bench run` writes)."""
+    check_suite_folder(path, "RUN_DIR")
+
+
+def check_out_folder(out_dir: Path, folders: list[Path]) -> Path:
+    """``out_dir`` checked as a folder to write (bench.config.paths.check_path) that is none of the compared folders
+    and no suite folder at all: its index.html would be written over that suite's own page."""
+    out_dir = check_path(out_dir, "out-dir", "--out", hint="give a new folder, e.g. --out reports/a-vs-b")
+    for folder in folders:
+        if out_dir.exists() and out_dir.resolve() == Path(folder).resolve():
+            raise UserError(f"--out '{shown(out_dir)}' is one of the compared folders; its own index.html would be "
+                            f"replaced: give a new folder, e.g. --out reports/a-vs-b")
+    if (out_dir / SUITE_FILE).exists() or (out_dir / SUITE_FILE).is_symlink():
+        raise UserError(f"--out '{shown(out_dir)}' is a suite folder (it holds {SUITE_FILE}); its report would be "
+                        f"replaced: give a new folder, e.g. --out reports/a-vs-b")
+    for name in ("index.html", "compare.md"):
+        if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
+            raise UserError(f"'{shown(out_dir / name)}' is a folder where the comparison writes a file; give "
+                            f"another --out")
+    return out_dir
 
 
 def _names(suites: list[Suite]) -> list[str]:
@@ -246,8 +263,8 @@ def compare(folders: list[Path], out_dir: Path) -> Path:
         raise UserError("bench compare needs two or more suite folders")
     for folder in folders:
         check_folder(Path(folder))
+    out_dir = check_out_folder(Path(out_dir), [Path(f) for f in folders])  # before anything is written
     suites = [load_suite(Path(f)) for f in folders]
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     fmt.write_text_atomic(out_dir / "compare.md", compare_markdown(suites))
     return fmt.write_text_atomic(out_dir / "index.html", compare_html(suites))

@@ -199,16 +199,45 @@ def monitor_problems(suite: Suite) -> list[str]:
     return out
 
 
+CONTROL_METHOD = "control"
+"""The lr-0 control arm: the same loop and sampling with no learning, the floor every flag is judged against."""
+
+
+def control_run(suite: Suite, seed: Any) -> Run | None:
+    """The ok control run of ``seed``, else the first ok control run; None without one."""
+    controls = [r for r in suite.methods if r.status == "ok" and r.result.get("method") == CONTROL_METHOD]
+    return next((r for r in controls if r.result.get("seed") == seed), controls[0] if controls else None)
+
+
+def _start_for(suite: Suite, seed: Any) -> Run | None:
+    starts = [r for r in suite.stages if r.status == "ok" and r.result.get("method") == START_STAGE]
+    return next((r for r in starts if r.result.get("seed") == seed), starts[0] if starts else None)
+
+
+def _n_questions(run: Run) -> int | None:
+    n = fmt.num((run.result.get("accuracy") or {}).get("n_questions"))
+    return int(n) if n else None
+
+
 def flag_lines(suite: Suite) -> list[str]:
-    """bench.telemetry.monitors.run_flags of every ok method run, each line prefixed with the run's name."""
+    """bench.telemetry.monitors.run_flags of every ok method run, each line prefixed with the run's name.
+
+    Each run is judged beside the control arm of its seed (its curves and its final evaluation): a flag fires only
+    beyond what a model that cannot learn shows too, and the control arm, judged beside itself, never flags.
+    Without a control arm in the suite the windows' own noise is the bar."""
     names = fmt.display_names(suite.methods)
-    start = next((r for r in suite.stages if r.status == "ok" and r.result.get("method") == START_STAGE), None)
-    start_monitors = eval_monitors(start) if start is not None else None  # rises are read against the start
     out = []
     for run in suite.methods:
         if run.status != "ok":
             continue
-        lines = monitors.run_flags(_points(run), eval_monitors(run), start_monitors)
+        seed = run.result.get("seed")
+        start = _start_for(suite, seed)
+        start_monitors = eval_monitors(start) if start is not None else None  # rises are read against the start
+        control = control_run(suite, seed)
+        lines = monitors.run_flags(_points(run), eval_monitors(run), start_monitors,
+                                   control=_points(control) if control is not None else None,
+                                   control_evaluation=eval_monitors(control) if control is not None else None,
+                                   n=_n_questions(run))
         out += [f"{names[run.run_id]}: {line}" for line in lines]
     return out
 
@@ -227,22 +256,62 @@ def overoptimisation_table(suite: Suite) -> fmt.Table:
         return fmt.Table([], [])
     names = fmt.display_names(suite.methods)
     rows, warnings = [], []
+    chance = reward_model_at_chance(suite)
     for run in runs:
         cells, moves = [], {}
+        points = _points(run)
         for metric in ("rm_score", "accuracy_reward"):
-            first, last = window_mean(_points(run), metric, first=True), window_mean(_points(run), metric)
-            moves[metric] = None if first is None or last is None else last - first
-            cells += [value_text(metric, first), value_text(metric, last)]
+            first = monitors.window_stats(monitors.window(points, first=True), metric)
+            last = monitors.window_stats(monitors.window(points), metric)
+            moves[metric] = None if first is None or last is None else (
+                last[0] - first[0], monitors.NOISE_SE * _se(first[1], last[1]) if None not in (first[1], last[1])
+                else None)
+            cells += [value_text(metric, first and first[0]), value_text(metric, last and last[0])]
         rows.append([names[run.run_id], *cells])
-        rose, fell = moves["rm_score"], moves["accuracy_reward"]
-        if rose is not None and fell is not None and rose > 0 > fell:
-            warnings.append(f"{names[run.run_id]}: reward over-optimisation: its reward-model score rose "
-                            f"({rose:+.3g}) while the verifier's accuracy reward fell ({100 * fell:+.1f} pp), "
-                            f"first to last fifth of training.")
+        line = _overoptimisation_line(names[run.run_id], moves["rm_score"], moves["accuracy_reward"], chance)
+        if line:
+            warnings.append(line)
     header = ["run", "reward-model score, first fifth (logit)", "reward-model score, last fifth (logit)",
               "verifier accuracy reward, first fifth (%)", "verifier accuracy reward, last fifth (%)"]
     notes = ["Both on the same rollout completions at every logged step: the reward model's raw score (rm_score, "
              "what PPO optimised) and the verifier's accuracy reward (what the benchmark scores). Means over the "
              "first and the last fifth of the logged steps. The reward model's held-out pair accuracy is under "
-             "Reward model."]
+             "Reward model.",
+             f"Flagged only when the proxy rose and the verifier's reward fell each by more than "
+             f"{monitors.NOISE_SE:g} standard errors of the change (from the spread of the points in each "
+             f"window); a reward model whose held-out pair accuracy interval contains 50% is called uninformative "
+             f"instead: with no signal to over-optimise, PPO optimised noise."]
     return fmt.Table(header, rows, notes, warnings)
+
+
+def _se(a: float | None, b: float | None) -> float:
+    return ((a or 0.0) ** 2 + (b or 0.0) ** 2) ** 0.5
+
+
+def reward_model_at_chance(suite: Suite) -> dict[str, Any] | None:
+    """The reward model's held-out check (bench.report.tables.reward_model_check) when its interval contains 50%."""
+    from bench.report import tables  # tables imports this module for its detail tables
+
+    check = tables.reward_model_check(suite)
+    return check if check is not None and check["chance_inside"] else None
+
+
+def _overoptimisation_line(name: str, proxy: tuple[float, float | None] | None,
+                           true: tuple[float, float | None] | None, chance: dict[str, Any] | None) -> str | None:
+    """The warning for one PPO run: over-optimisation only when the reward-model score rose and the verifier's
+    reward fell, each beyond its noise; 'uninformative' when the reward model ranks held-out pairs at chance."""
+    if proxy is None or true is None:
+        return None
+    (rose, rose_noise), (fell, fell_noise) = proxy, true
+    if rose_noise is None or fell_noise is None:
+        return None  # one point per window: no spread to tell a change from sampling noise
+    if not (rose > rose_noise and -fell > fell_noise):
+        return None
+    moved = (f"its reward-model score rose ({rose:+.3g}, noise ±{rose_noise:.2g}) while the verifier's accuracy "
+             f"reward fell ({100 * fell:+.1f} pp, noise ±{100 * fell_noise:.1f} pp), first to last fifth of "
+             f"training")
+    if chance is not None:
+        return (f"{name}: the reward model is uninformative (pair accuracy at chance: {fmt.pct(chance['accuracy'])} "
+                f"[{100 * chance['low']:.1f}, {100 * chance['high']:.1f}] on {chance['n']:,} held-out pairs); PPO "
+                f"optimised noise: {moved}.")
+    return f"{name}: reward over-optimisation: {moved}."

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.scoring import stats
-from bench.report import dynamics, fmt, seeds, tables
+from bench.report import dynamics, fmt, seeds, tables, throughput
 from bench.report.load import Run, Suite
 
 ALPHA = 0.05
@@ -46,9 +46,21 @@ def headline_mode(suite: Suite | None = None) -> str:
     return str(getattr(suite, "headline_mode", None) or fmt.HEADLINE_MODE)
 
 
-def accuracy(run: Run, when: str, mode: str | None = None) -> dict[str, Any] | None:
-    """``fmt.score`` in ``mode`` (default: the verifier's headline mode); old 'strict' keys are read too."""
-    return fmt.score(run, when, mode or fmt.HEADLINE_MODE)
+def accuracy(run: Run, when: str, mode: str | None = None, suite: Suite | None = None) -> dict[str, Any] | None:
+    """``fmt.score`` in ``mode`` (default: the verifier's headline mode); old 'strict' keys are read too.
+
+    With ``suite``, a method's "before" is its starting checkpoint's own evaluation (the warm start of its seed,
+    tables' start run), whose per-question verdicts give the interval its clusters (fmt.score: cluster-adjusted
+    where questions share a working); the method's recorded "before" is the same score copied, without them.
+    """
+    mode = mode or fmt.HEADLINE_MODE
+    if when == "before" and suite is not None and run.kind == "method" and not run.result.get("sweep"):
+        start = tables.start_run(suite, run.result.get("seed"))
+        if start is not None:
+            found = fmt.score(start, "after", mode)
+            if found is not None:
+                return found
+    return fmt.score(run, when, mode)
 
 
 def network_bytes(run: Run) -> dict[str, float]:
@@ -141,25 +153,62 @@ def _peak_findings(suite: Suite) -> list[Finding]:
     return out
 
 
-def _accuracy_findings(suite: Suite) -> list[Finding]:
-    """The most accurate ok method run after training, and the lr-0 control (the noise floor) when present."""
-    names = fmt.display_names(suite.methods)
-    mode = headline_mode(suite)
-    scored = [(r, accuracy(r, "before", mode), accuracy(r, "after", mode)) for r in ok_methods(suite)]
-    scored = [(r, b, a) for r, b, a in scored if a is not None]
-    if not scored:
-        return []
+def method_means(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
+    """Per method label (the control arm left out): the mean accuracy after over its ok seeds, the lowest and
+    highest seed, the seeds, the mean accuracy before, n and the clusters of the first run; highest mean first."""
+    mode = mode or headline_mode(suite)
+    groups: dict[str, list[tuple[Run, dict[str, Any], dict[str, Any] | None]]] = {}
+    for run in ok_methods(suite):
+        after = accuracy(run, "after", mode)
+        if after is not None and run.result.get("method") != tables.CONTROL_METHOD:
+            groups.setdefault(run.label, []).append((run, after, accuracy(run, "before", mode)))
     out = []
-    contestants = [x for x in scored if x[0].result.get("method") != "control"] or scored
-    top = max(contestants, key=lambda x: x[2]["accuracy"])
-    control = [x for x in scored if x[0].result.get("method") == "control"]
-    for run, before, after in [top] + [c for c in control[:1] if c is not top]:
-        start = f" from {fmt.score_text(before)} before training" if before else ""
-        what = "Control (lr 0, the noise floor)" if run.result.get("method") == "control" else (
-            f"Highest accuracy after training: {names[run.run_id]}")
-        out.append(Finding(f"{what}: {fmt.score_text(after)}{start}",
-                           f"{mode}, 95% Wilson interval, n = {fmt.int_text(after.get('total'))}, "
-                           f"seed {run.result.get('seed')}; every method in the headline table"))
+    for label, scored in groups.items():
+        values = [a["accuracy"] for _, a, _ in scored]
+        befores = [b["accuracy"] for _, _, b in scored if b]
+        first = scored[0][1]
+        out.append({"label": label, "mean": sum(values) / len(values), "low": min(values), "high": max(values),
+                    "seeds": len(values), "before": sum(befores) / len(befores) if befores else None,
+                    "n": first.get("total"), "clusters": first.get("clusters"), "unit": fmt.cluster_unit(scored[0][0])})
+    return sorted(out, key=lambda m: -m["mean"])
+
+
+def _accuracy_findings(suite: Suite) -> list[Finding]:
+    """Every method's mean accuracy after over its seeds with the range (highest first; not the best single run),
+    and the lr-0 control's pipeline check when present."""
+    mode = headline_mode(suite)
+    means = method_means(suite, mode)
+    out = []
+    if means:
+        def one(m: dict[str, Any]) -> str:
+            spread = f" (range {100 * m['low']:.1f}–{100 * m['high']:.1f}%)" if m["seeds"] > 1 else ""
+            return f"{m['label']} {fmt.pct(m['mean'])}{spread}"
+
+        top = means[0]
+        start = f"; the start scored {fmt.pct(top['before'])}" if top["before"] is not None else ""
+        seeds_ = sorted({m["seeds"] for m in means})
+        over = (f"mean over {seeds_[0]} seed{'s' if seeds_[0] != 1 else ''}" if len(seeds_) == 1
+                else "mean over each method's ok seeds")
+        out.append(Finding(f"Accuracy after training, {over}: " + ", ".join(one(m) for m in means) + start,
+                           f"{mode}, n = {fmt.n_text(top['n'], top['clusters'], top['unit'])} per run; each seed's "
+                           f"95% interval under Results per method; differences under Paired tests and Seed-level "
+                           f"tests"))
+    for check in tables.control_checks(suite)[:1]:
+        runs = tables.control_checks(suite)
+        passed = [c for c in runs if c["passed"]]
+        failed = [c for c in runs if c["passed"] is False]
+        if failed:
+            text = (f"Control (lr 0), the pipeline check: FAILED on {len(failed)} of {len(runs)} seed(s): accuracy "
+                    f"after differs from its start, so something other than training moves the scores")
+        elif passed:
+            text = (f"Control (lr 0), the pipeline check: accuracy after equals its start exactly, on every "
+                    f"question and every scoring mode, on {len(passed)} of {len(runs)} seed(s)")
+        else:
+            continue
+        out.append(Finding(text, f"question by question ({check['basis'] or 'recorded counts'}) in "
+                                 f"{', '.join(check['modes']) or 'the recorded modes'}; a check of the "
+                                 f"pipeline, not a noise floor of greedy accuracy (it has no spread there); its "
+                                 f"training-reward curve is the sampling noise floor"))
     return out
 
 
@@ -170,15 +219,19 @@ def _paired_findings(suite: Suite) -> list[Finding]:
     out = []
     for t in sorted(significant, key=lambda t: t["p_holm"])[:MAX_PAIR_FINDINGS]:
         out.append(Finding(
-            f"{t['a']} vs {t['b']}: {100 * t['diff']:+.1f} pp "
+            f"{t['a']} vs {t['b']} (seed {t['seed']}): {100 * t['diff']:+.1f} pp "
             f"[{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
-            f" significant", f"{headline_mode(suite)}, McNemar on {t['n']:,} paired questions, Holm-adjusted "
-            f"{p_equals(t['p_holm'])}; 95% paired-bootstrap interval"))
+            f" significant", f"{headline_mode(suite)}, {t['test']} on "
+            f"{fmt.n_text(t['n'], t['clusters'], t['unit'])} paired, Holm-adjusted {p_equals(t['p_holm'])}; "
+            f"95% paired-bootstrap interval, not adjusted for multiple comparisons"))
     quiet = [t for t in tests if t not in significant]
-    summary = f"Of {len(tests)} method pair(s), {len(significant)} differ significantly"
+    pairs = len({(t["a"], t["b"]) for t in tests})
+    seeds_ = len({t["seed"] for t in tests})
+    summary = (f"Of {len(tests)} per-seed comparisons ({pairs} method pair(s) × {seeds_} seed(s)), "
+               f"{len(significant)} differ significantly")
     summary += f" (the largest {len(out)} above)" if out and len(significant) > len(out) else ""
-    basis = (f"{headline_mode(suite)}, McNemar, Holm-adjusted over {len(tests)} pairs, α = {ALPHA}; every pair under "
-             f"Paired tests")
+    basis = (f"{headline_mode(suite)}, {tables.tests_used(tests)}, Holm-adjusted over {len(tests)} comparisons, "
+             f"α = {ALPHA}; every comparison under Paired tests")
     if quiet:
         t = max(quiet, key=lambda t: abs(t["diff"]))
         p = p_equals(t["p_holm"]) if t["p_holm"] is not None else "p n/a"
@@ -197,11 +250,23 @@ def p_equals(p: float) -> str:
 
 
 def _seed_findings(suite: Suite) -> list[Finding]:
-    """Method differences over seeds (paired t-test, Holm-adjusted): the claim a writeup ranks methods by."""
-    tests = [t for t in seeds.seed_tests(suite) if t.get("p_holm") is not None]
-    if not tests:
-        return []
+    """Method differences over seeds (paired t-test, Holm-adjusted): the claim a writeup ranks methods by. A pair
+    whose seeds all differ by the same amount (zero spread) has no test: it is reported as undefined, never as
+    significant."""
+    every = seeds.seed_tests(suite)
+    undefined = [t for t in every if t.get("undefined") == stats.ZERO_SPREAD]
+    tests = [t for t in every if t.get("p_holm") is not None]
     out = []
+    if undefined:
+        listed = "; ".join(f"{t['a']} vs {t['b']} {100 * t['mean_diff']:+.2f} pp on every seed"
+                           for t in undefined[:MAX_PAIR_FINDINGS])
+        more = f"; and {len(undefined) - MAX_PAIR_FINDINGS} more" if len(undefined) > MAX_PAIR_FINDINGS else ""
+        out.append(Finding(f"Over seeds, {len(undefined)} method pair(s) have no seed-to-seed spread at all, so the "
+                           f"t-test is undefined (not significant, not a p-value): {listed}{more}",
+                           "paired t-test over seeds: every paired difference is the same, so its standard error is "
+                           "0; the per-question tests under Paired tests still apply"))
+    if not tests:
+        return out
     for t in sorted(tests, key=lambda t: -abs(t["mean_diff"]))[:MAX_PAIR_FINDINGS]:
         verdict = "significant" if t["p_holm"] < ALPHA else "not significant"
         ci = "" if t.get("low") is None else f" [{100 * t['low']:+.1f}, {100 * t['high']:+.1f}]"
@@ -213,11 +278,12 @@ def _seed_findings(suite: Suite) -> list[Finding]:
     unshown = [t for t in quiet if t not in shown]
     if quiet:
         t = max(unshown or quiet, key=lambda t: abs(t["mean_diff"]))
+        n_seeds = len(t["seeds"])
         out.append(Finding(f"Over seeds, {len(quiet)} of {len(tests)} method pairs are not significantly different; "
                            f"the largest such gap{' not listed above' if unshown else ''}: {t['a']} vs {t['b']} "
                            f"{100 * t['mean_diff']:+.1f} pp",
-                           f"paired t-test over seeds, Holm-adjusted {p_equals(t['p_holm'])}; with 3 seeds the "
-                           f"test has little power"))
+                           f"paired t-test over seeds, Holm-adjusted {p_equals(t['p_holm'])}; with {n_seeds} "
+                           f"seed{'s' if n_seeds != 1 else ''} the test has little power"))
     return out
 
 
@@ -238,9 +304,9 @@ def _start_findings(suite: Suite) -> list[Finding]:
              f"declined significantly: {names(down)}" if down else "",
              f"not significantly changed: {names(flat)}" if flat else ""]
     return [Finding("Against the starting checkpoint, " + "; ".join(p for p in parts if p),
-                    f"{headline_mode(suite)}, McNemar on the same {tests[0]['n']:,} questions, Holm-adjusted over "
-                    f"{len(tests)} runs, "
-                    f"α = {ALPHA}")]
+                    f"{headline_mode(suite)}, {tables.tests_used(tests)} on the same "
+                    f"{fmt.n_text(tests[0]['n'], tests[0]['clusters'], tests[0]['unit'])}, Holm-adjusted over "
+                    f"{len(tests)} runs, α = {ALPHA}")]
 
 
 def _speed_findings(suite: Suite) -> list[Finding]:
@@ -252,8 +318,9 @@ def _speed_findings(suite: Suite) -> list[Finding]:
     if len(rates) < 2:
         return []
     (lo_name, lo), (hi_name, hi) = min(rates, key=lambda x: x[1]), max(rates, key=lambda x: x[1])
-    parallel = ((suite.spec or {}).get("parallel_runs") or 1) > 1
-    caveat = "; runs shared the machine, so approximate" if parallel else ""
+    parallel, device = throughput.concurrency(suite)
+    caveat = ("" if parallel == 1 else "; runs ran side by side, each on its own GPU" if device == "cuda"
+              else "; runs shared the machine, so approximate")
     return [Finding(f"Generation throughput: {hi_name} {hi:,.1f} completions/s, {hi / lo:.2f}× {lo_name} "
                     f"({lo:,.1f})", f"one run each, per second of training time{caveat}")]
 
@@ -262,8 +329,9 @@ def _reward_model_findings(suite: Suite) -> list[Finding]:
     """Beside PPO (reward model)'s accuracy: a chance-level reward model, and reward over-optimisation."""
     out = [Finding(w, "reward-model stage, held-out pairs, 95% Wilson interval")
            for w in tables.reward_model_warnings(suite)]
-    out += [Finding(w, "rm_score and accuracy_reward on the same rollouts, first vs last fifth of logged steps; "
-                       "one run, no interval") for w in dynamics.overoptimisation_table(suite).warnings]
+    out += [Finding(w, "rm_score and accuracy_reward on the same rollouts, first vs last fifth of logged steps, "
+                       "each change beyond 2 standard errors of the windows' points; one run")
+            for w in dynamics.overoptimisation_table(suite).warnings]
     return out
 
 

@@ -125,7 +125,106 @@ def score(run: Run, when: str, mode: str) -> dict[str, Any] | None:
     low, high = num(raw.get("low")), num(raw.get("high"))
     if (low is None or high is None) and correct is not None and total is not None and 0 <= correct <= total:
         low, high = wilson_interval(int(correct), int(total))
-    return {"accuracy": acc, "low": low, "high": high, "correct": correct, "total": total}
+    out = {"accuracy": acc, "low": low, "high": high, "correct": correct, "total": total, "clusters": None,
+           "design_effect": None, "interval": "Wilson"}
+    checks = run.result.get("data_checks") if isinstance(run.result.get("data_checks"), dict) else {}
+    if num(checks.get("clusters")) is not None and num(checks.get("questions")) == total:
+        out["clusters"] = int(checks["clusters"])
+    clustered = clustered_score(run, mode) if when == "after" and run.verdicts else None
+    if clustered is not None and clustered["n"] == total:
+        # The per-question verdicts say which questions share a cluster: the interval respects them (Wilson at
+        # the effective sample size; exactly Wilson when every cluster holds one question).
+        out["clusters"] = clustered["clusters"]
+        out["design_effect"] = clustered["design_effect"]
+        if clustered["design_effect"] > 1:
+            out.update(low=clustered["low"], high=clustered["high"], interval="cluster-adjusted Wilson")
+    return out
+
+
+# --- clusters: which questions are one unit for the statistics (bench.task.problems.cluster_key) ------------
+CLUSTER_UNITS = {"synthetic": "working"}
+"""What a cluster is per task source; any other source (GSM8K) has one question per problem."""
+
+
+def task_source(run: Run) -> str:
+    """The task source the run's spec names ('synthetic', 'gsm8k', ...; 'unknown' when not recorded)."""
+    task = ((run.result.get("spec") or {}).get("task") or {})
+    return str(task.get("source") or "unknown")
+
+
+def cluster_unit(run: Run) -> str:
+    """'working' for the synthetic task, else 'question'."""
+    return CLUSTER_UNITS.get(task_source(run), "question")
+
+
+def question_key(rows: list[dict[str, Any]]) -> Any:
+    """How a run's per-question lines are keyed for pairing: by ``id`` when every line has one, else by ``index``
+    (bench.report.tables.verdict_map reads the same keys)."""
+    by_id = bool(rows) and all(isinstance(r.get("id"), str) and r["id"] for r in rows)
+    return (lambda r: r["id"]) if by_id else (lambda r: int(r["index"]))
+
+
+def cluster_labels(run: Run) -> dict[Any, str]:
+    """Question key -> cluster label for the run's per-question lines ({} without them).
+
+    The label is `bench.task.problems.cluster_key` of the line: the synthetic task's working (from the worked
+    answer the line keeps as ``gold_answer``), else the question itself. Lines without an ``id`` or a worked
+    answer are their own cluster, so nothing is merged on a guess.
+    """
+    if "clusters" not in run.cache:
+        from bench.task.problems import cluster_key  # pure Python; lazy so fmt stays light to import
+
+        rows = run.verdicts or []
+        key = question_key(rows)
+        source = task_source(run)
+        run.cache["clusters"] = {
+            key(r): cluster_key(source, str(r.get("id") or f"index {r.get('index')}"),
+                                r.get("gold_answer") if isinstance(r.get("gold_answer"), str) else None)
+            for r in rows}
+    return run.cache["clusters"]
+
+
+def clustered_score(run: Run, mode: str) -> dict[str, Any] | None:
+    """`bench.scoring.stats.clustered_proportion` of the run's per-question verdicts under ``mode``: the accuracy
+    after with an interval that respects clusters, ``clusters`` (K) and ``design_effect``; None without verdicts."""
+    cache_key = f"clustered:{mode}"
+    if cache_key not in run.cache:
+        from bench.scoring.stats import clustered_proportion
+
+        rows = run.verdicts or []
+        key = question_key(rows)
+        labels = cluster_labels(run)
+        pairs = [(verdict(r, mode), labels[key(r)]) for r in rows]
+        pairs = [(v, c) for v, c in pairs if v is not None]
+        run.cache[cache_key] = (clustered_proportion([v for v, _ in pairs], [c for _, c in pairs])
+                                if pairs else None)
+    return run.cache[cache_key]
+
+
+def n_text(n: Any, clusters: Any, unit: str) -> str:
+    """'5,000 questions (5,000 workings: one question each)', '5,000 questions in 2,099 workings', or the count
+    alone when the clusters are not known."""
+    if num(n) is None:
+        return MISSING
+    text = f"{int(n):,} question{'s' if int(n) != 1 else ''}"
+    if num(clusters) is None:
+        return text
+    k = int(clusters)
+    if unit == "question":
+        return text + " (one per problem)" if k == int(n) else text + f" in {k:,} distinct questions"
+    plural = f"{unit}s" if k != 1 else unit
+    return text + (f" ({k:,} {plural}: one question each)" if k == int(n) else f" in {k:,} {plural}")
+
+
+def n_short(n: Any, clusters: Any, unit: str) -> str:
+    """'5,000 (5,000 workings)' / '1,319 (1,319 problems)' for a table cell: n and its independent units."""
+    if num(n) is None:
+        return MISSING
+    if num(clusters) is None:
+        return f"{int(n):,}"
+    k = int(clusters)
+    name = "problem" if unit == "question" else unit
+    return f"{int(n):,} ({k:,} {name}{'s' if k != 1 else ''})"
 
 
 def verdict(row: dict[str, Any], mode: str) -> bool | None:

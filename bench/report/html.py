@@ -27,7 +27,7 @@ TEMPLATE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>Benchmark report: {{ suite.preset }}</title>
+<title>Benchmark report: {{ suite.preset }} · {{ title }}</title>
 <style>
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
        padding: 0 1rem; color: #222; line-height: 1.4; }
@@ -56,6 +56,7 @@ ol.findings li { margin: .3rem 0; } ol.findings .basis { color: #555; font-size:
 td.verdict-supported { background: #eaf4ea; color: #1e6b34; font-weight: 600; }
 td.verdict-not-supported { background: #fdecea; color: #8a1f11; font-weight: 600; }
 td.verdict-not-measured { color: #666; font-style: italic; }
+td.verdict-construction { background: #eef2f7; color: #34495e; }
 table.cite th { width: 14rem; }
 table.claims { table-layout: fixed; width: 100%; } table.claims td:first-child { white-space: normal; }
 table.claims col.claim { width: 26%; } table.claims col.source { width: 12%; } table.claims col.how { width: 25%; }
@@ -80,7 +81,7 @@ table.claims col.measured { width: 27%; } table.claims col.verdict { width: 10%;
 {% if t.notes %}<ul class="notes">{% for n in t.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% endif %}
 {% endmacro %}
-<h1>Benchmark report: {{ suite.preset }}</h1>
+<h1>Benchmark report: {{ suite.preset }} · {{ title }}</h1>
 <p class="meta">{{ description }}{% if suite.created_at %} · created {{ suite.created_at }}{% endif %}
  · folder <code>{{ suite.suite_dir.name }}</code></p>
 {% if suite.problems %}<ul class="problems">{% for p in suite.problems %}<li>{{ p }}</li>{% endfor %}</ul>{% endif %}
@@ -99,12 +100,14 @@ table.claims col.measured { width: 27%; } table.claims col.verdict { width: 10%;
 <colgroup><col class="claim"><col class="source"><col class="how"><col class="measured"><col class="verdict"></colgroup>
 <tr>{% for h in claims.header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in claims.rows %}<tr>{% for c in row[:-1] %}<td>{{ c }}</td>{% endfor %}
-<td class="verdict-{{ row[-1].split(' in ')[0].replace(' ', '-') }}">{{ row[-1] }}</td></tr>{% endfor %}
+<td class="verdict-{{ verdict_class(row[-1]) }}">{{ row[-1] }}</td></tr>{% endfor %}
 </table></div>
 {% if claims.notes %}<ul class="notes">{% for n in claims.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% endif %}
 
 {{ table_section("Headline", "headline", headline_table) }}
+
+{{ table_section("Data checks", "data_checks", detail.data_checks, 2, false) }}
 
 <h2 id="cite">Cite this run</h2>
 <p class="meta">{{ intro("cite") }}</p>
@@ -283,7 +286,8 @@ def _toc(detail: dict[str, fmt.Table], figures: list[FigureInfo], has: dict[str,
     """(anchor, title) of the sections this page has, in page order: a reader jumps instead of scrolling.
     ``extras``: (key, title) of the statistics and training-dynamics tables placed after the paired tests."""
     sections = [("findings", "Findings", True), ("claims", "Claims check", has["claims"]),
-                ("headline", "Headline", has["headline"]), ("cite", "Cite this run", True),
+                ("headline", "Headline", has["headline"]),
+                ("data_checks", "Data checks", bool(detail["data_checks"])), ("cite", "Cite this run", True),
                 ("results", "Results per run", True), ("seeds", "Across seeds", bool(detail["seeds"])),
                 ("paired", "Paired tests", has["paired"]), *((key, title, True) for key, title in extras),
                 ("differs", "What differs", has["differs"]),
@@ -346,7 +350,8 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
            "scaling": bool(scaling_tables)}
     return template.render(
         suite=suite,
-        description=fmt.cap_text(suite.description),
+        title=citation.run_title(suite),
+        description=fmt.cap_text(citation.run_description(suite)),
         toc=_toc(detail, figures, has, [(k, title) for k, title, _ in summary.extra_detail(detail)]),
         missing=fmt.MISSING,
         headline_columns=summary.headline_columns(suite),
@@ -357,6 +362,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         intro=summary.intro,
         findings=findings.findings(suite),
         claims=claims_table,
+        verdict_class=lambda verdict: claims.CSS_CLASS.get(verdict, "not-measured"),
         headline_table=headline_table,
         cite=citation.citation(suite),
         extra_detail=summary.extra_detail(detail),

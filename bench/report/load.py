@@ -22,6 +22,7 @@ aggregate groups it, so the CSV and the page are computed from the same cells.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +32,8 @@ import pandas as pd
 
 from bench.report import fmt
 from bench.report.records import Run
-from bench.results import RESULT_FILE, SCHEMA_VERSION, empty_result, result_problems
+from bench.results import RESULT_FILE, SCHEMA_VERSION, SUITE_FILE, empty_result, is_run_id, result_problems
 
-SUITE_FILE = "suite.json"
 RUNS_DIR = "runs"
 REPORT_SETTINGS_FILE = "report_settings.json"
 """Optional, in the suite folder: ``{"headline_mode": MODE}`` picks the mode of the headline numbers."""
@@ -47,6 +47,50 @@ STAGES = ("warm_start", "sample_pool", "reward_model")
 """Shared stage names; a run without a result is classed as a stage when its id starts with one."""
 
 _SEED_RE = re.compile(r"^(?P<method>.+?)-s(?P<seed>\d+)$")
+
+NAME_LIMIT = 100
+"""Characters kept of a name read from a file (a run's label, method, engine, kind, status, id; a preset's name;
+every mapping key): a name is repeated in many rows, figures and tables, so a 5,000-character label would be
+100,000 characters of page. Other strings are kept to fmt.TEXT_LIMIT."""
+DESCRIPTION_LIMIT = 1000
+"""Characters kept of suite.json's description (a preset's description is at most this long)."""
+NAME_FIELDS = ("run_id", "kind", "method", "label", "engine", "status")
+_MAX_DEPTH = 64
+"""Nesting kept of a file's data; deeper values are dropped (no result the suite writes goes past 10)."""
+
+
+def _clean(value: Any, limit: int = fmt.TEXT_LIMIT, depth: int = 0) -> Any:
+    """``value`` as the report may show it: every string capped at ``limit`` characters and every mapping key at
+    NAME_LIMIT (fmt.cap_text, with the count of what was cut), NaN and infinities as None (not measured: no page
+    prints ``nan``), nesting past _MAX_DEPTH dropped. Done once here, so every page, table and figure gets it."""
+    if isinstance(value, str):
+        return fmt.cap_text(value, limit) if len(value) > limit else value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (dict, list)) and depth >= _MAX_DEPTH:
+        return None
+    if isinstance(value, dict):
+        return {_clean(str(k), NAME_LIMIT): _clean(v, limit, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v, limit, depth + 1) for v in value]
+    return value
+
+
+def _clean_result(data: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_clean` of a result, its names (NAME_FIELDS) capped at NAME_LIMIT."""
+    data = _clean(data)
+    for key in NAME_FIELDS:
+        if isinstance(data.get(key), str):
+            data[key] = fmt.cap_text(data[key], NAME_LIMIT) if len(data[key]) > NAME_LIMIT else data[key]
+    return data
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file's data, or raises ValueError / OSError (not UTF-8, not JSON, nested too deeply)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 @dataclass
@@ -63,6 +107,8 @@ class Suite:
     """Things the reader should know (unreadable suite.json, skipped verdict lines); shown on the page."""
     headline_mode: str = fmt.HEADLINE_MODE
     """The scoring mode of the headline numbers (report_settings.json, else bench.task.verifier.HEADLINE_MODE)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """suite.json as read (strings capped, NaN as None: :func:`_clean`); {} when missing or unreadable."""
 
     @property
     def methods(self) -> list[Run]:
@@ -86,9 +132,9 @@ def load_suite(suite_dir: Path) -> Suite:
     suite_path = suite_dir / SUITE_FILE
     if suite_path.exists():
         try:
-            loaded = json.loads(suite_path.read_text(encoding="utf-8"))
+            loaded = _read_json(suite_path)
             if isinstance(loaded, dict):
-                meta = loaded
+                meta = _clean(loaded)
             else:
                 problems.append(f"{SUITE_FILE} is not a JSON object; runs were listed from the folder")
         except (OSError, ValueError) as exc:
@@ -97,11 +143,16 @@ def load_suite(suite_dir: Path) -> Suite:
         problems.append(f"no {SUITE_FILE}; runs were listed from the folder")
 
     planned: list[dict[str, Any]] = []
-    for entry in meta.get("runs") or []:
-        if isinstance(entry, str):
+    listed_runs = meta.get("runs") if isinstance(meta.get("runs"), list) else []
+    for entry in listed_runs:
+        run_id = (entry.get("id") or entry.get("run_id")) if isinstance(entry, dict) else entry
+        if not is_run_id(run_id):  # '../x' would read outside the folder
+            problems.append(f"{SUITE_FILE} lists {fmt.cap_text(repr(run_id), 80)}, which is not a run id (one folder "
+                            f"name under {RUNS_DIR}/); left out")
+        elif isinstance(entry, str):
             planned.append({"id": entry})
-        elif isinstance(entry, dict) and isinstance(entry.get("id") or entry.get("run_id"), str):
-            planned.append({**entry, "id": entry.get("id") or entry.get("run_id")})
+        else:
+            planned.append({**entry, "id": run_id})
     listed = {p["id"] for p in planned}
     runs_root = suite_dir / RUNS_DIR
     if runs_root.is_dir():
@@ -117,13 +168,14 @@ def load_suite(suite_dir: Path) -> Suite:
     preset = meta.get("preset") or (spec.get("preset") if isinstance(spec.get("preset"), str) else None) or "unknown preset"
     return Suite(
         suite_dir=suite_dir,
-        preset=str(preset),
-        description=str(meta.get("description") or ""),
+        preset=fmt.cap_text(str(preset), NAME_LIMIT),
+        description=fmt.cap_text(str(meta.get("description") or ""), DESCRIPTION_LIMIT),
         created_at=meta.get("created_at") if isinstance(meta.get("created_at"), str) else None,
         spec=spec,
         runs=runs,
         problems=problems,
         headline_mode=read_headline_mode(suite_dir, problems),
+        meta=meta,
     )
 
 
@@ -158,7 +210,7 @@ def _load_run(run_dir: Path, plan: dict[str, Any], problems: list[str]) -> Run:
         note = "not run yet"
     else:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = _read_json(path)
         except (OSError, ValueError):
             data = None
         if not isinstance(data, dict):
@@ -169,9 +221,9 @@ def _load_run(run_dir: Path, plan: dict[str, Any], problems: list[str]) -> Run:
             data = None
     if data is None:
         return Run(run_id=run_id, result=_placeholder(run_id, plan), note=note)
-    invalid = result_problems(data) if data.get("status") == "ok" else []
+    invalid = result_problems(data) if data.get("status") == "ok" else []  # on the data as written (NaN included)
     result = empty_result(run_id, "method", "", "", "", 0)
-    result.update(data)
+    result.update(_clean_result(data))
     if invalid:
         # The check --resume uses: such a run is re-run there, so here it is not a finished run either.
         shown = "; ".join(invalid[:3]) + ("; ..." if len(invalid) > 3 else "")
@@ -192,8 +244,8 @@ def _placeholder(run_id: str, plan: dict[str, Any]) -> dict[str, Any]:
         seed = int(match.group("seed"))
     kind = plan.get("kind") or ("stage" if any(str(method).startswith(s) for s in STAGES) else "method")
     result = empty_result(run_id, kind, str(method), str(plan.get("label") or method), str(plan.get("engine") or ""), 0)
-    result["seed"] = seed  # None when unknown: the CSV shows an empty cell, not a made-up 0
-    return result
+    result["seed"] = seed if isinstance(seed, int) and not isinstance(seed, bool) else None  # None when unknown: the CSV shows an empty cell, not a made-up 0
+    return _clean_result(result)
 
 
 def _fill_dict_defaults(result: dict[str, Any]) -> None:
@@ -237,8 +289,8 @@ def read_verdicts(path: Path, problems: list[str], label: str = "") -> list[dict
                     continue
                 try:
                     row = json.loads(line)
-                    rows[int(row["index"])] = {k: v for k, v in row.items() if k not in _DROPPED_FIELDS}
-                except (ValueError, KeyError, TypeError):
+                    rows[int(row["index"])] = _clean({k: v for k, v in row.items() if k not in _DROPPED_FIELDS})
+                except (ValueError, KeyError, TypeError, RecursionError):
                     bad += 1
         except (OSError, UnicodeDecodeError):
             problems.append(f"{where} unreadable; left out of the paired tests")

@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from statistics import mean, stdev
 
-from bench.report import fmt, tables
+from bench.report import datachecks, fmt, tables
 from bench.report.findings import accuracy, headline_mode, network_bytes
 from bench.report.load import Run, Suite
 from bench.results import PHASES
 
 HEADLINE_HEADER = [
     "method", "networks resident", "static memory per network (MiB, accounting)", "peak memory (source)",
-    "s/step (median)", "tokens/s", "completions/s", "accuracy before → after (95% CI)", "n questions", "seeds",
+    "s/step (median)", "tokens/s", "completions/s", "accuracy before → after (95% CI)",
+    "n questions (independent units)", "seeds",
     "status",
 ]
 ACCURACY_COLUMN = "accuracy before → after (95% CI)"
@@ -56,14 +57,27 @@ def _static_cell(run: Run | None) -> tuple[str, float | None]:
     return (f"{parts} = {total / fmt.MIB:,.2f}" if len(nets) > 1 else parts), total
 
 
-def _accuracy_cell(ok: list[Run], mode: str) -> tuple[str, float | None, str]:
-    """(text, mean accuracy after, n questions) over the ok seeds."""
-    scored = [(accuracy(r, "before", mode), accuracy(r, "after", mode)) for r in ok]
+def seed_scope(suite: Suite) -> str:
+    """'method' (the shared stages ran once, with the first seed) or 'pipeline' (once per seed), from the spec."""
+    return str((suite.spec or {}).get("seed_scope") or "method")
+
+
+def seed_spread_text(suite: Suite) -> str:
+    """What the spread over seeds measures: the method stage alone, or the whole pipeline (``seed_scope``)."""
+    if seed_scope(suite) == "pipeline":
+        return "seed spread of the whole pipeline: warm start, pool, reward model and model initialisation per seed"
+    return "seed spread of the method stage; warm start, pool and reward model shared"
+
+
+def _accuracy_cell(suite: Suite, ok: list[Run], mode: str) -> tuple[str, float | None, str]:
+    """(text, mean accuracy after, n questions with their clusters) over the ok seeds."""
+    scored = [(accuracy(r, "before", mode, suite), accuracy(r, "after", mode)) for r in ok]
     scored = [(b, a) for b, a in scored if a is not None]
     if not scored:
         evaluated = all(((r.result.get("spec") or {}).get("eval") or {}).get("enabled", True) for r in ok)
         return (fmt.MISSING if evaluated or not ok else "not evaluated"), None, fmt.MISSING
-    n = fmt.int_text(scored[0][1].get("total"))
+    first = scored[0][1]
+    n = fmt.n_short(first.get("total"), first.get("clusters"), fmt.cluster_unit(ok[0]))
     if len(scored) == 1:
         before, after = scored[0]
         return f"{fmt.score_text(before)} → {fmt.score_text(after)}", after["accuracy"], n
@@ -74,7 +88,7 @@ def _accuracy_cell(ok: list[Run], mode: str) -> tuple[str, float | None, str]:
               and fmt.num(a.get("low")) is not None]
     within = f"; each seed's 95% CI ±{100 * max(halves):.1f} pp or less" if halves else ""
     return (f"{fmt.pct(before_mean)} → {fmt.pct(after_mean)} ± {100 * spread:.1f} pp (mean ± sd of {len(scored)} "
-            f"seeds{within}; per seed under Results per run)"), after_mean, n
+            f"seeds, {seed_spread_text(suite)}{within}; per seed under Results per method)"), after_mean, n
 
 
 def headline_table(suite: Suite) -> MarkedTable:
@@ -92,7 +106,7 @@ def headline_table(suite: Suite) -> MarkedTable:
         peaks = [fmt.num(r.result.get("memory", {}).get("peak_bytes")) for r in ok]
         source = first.result.get("memory", {}).get("source")
         peak = _mean(peaks)
-        acc_text, acc, n = _accuracy_cell(ok, headline_mode(suite))
+        acc_text, acc, n = _accuracy_cell(suite, ok, headline_mode(suite))
         step, tokens, comps = (_mean([fmt.throughput(r, k) for r in ok])
                                for k in ("step_s_median", "tokens_per_s", "completions_per_s"))
         seeds = sorted({str(r.result.get("seed")) for r in runs if r.result.get("seed") is not None})
@@ -109,9 +123,10 @@ def headline_table(suite: Suite) -> MarkedTable:
         values.append({2: static, 3: peak, 4: step, 5: tokens, 6: comps, 7: acc})
         sources.append(source if ok else None)
     best = _best(values, sources)
-    notes = [f"Accuracy: {headline_mode(suite)} scoring, greedy, on the held-out split; brackets are 95% Wilson "
-             "intervals. Bold marks the best value of a column (lowest memory and s/step, highest rates and "
-             "accuracy); peak memory is compared only between readings of the same source.",
+    notes = [f"Accuracy: {headline_mode(suite)} scoring, greedy, on {datachecks.split_text(suite)}; brackets are "
+             f"95% {datachecks.interval_text(suite)}. Bold marks the best value of a column (lowest memory and "
+             "s/step, highest rates and accuracy); peak memory is compared only between readings of the same "
+             "source.",
              "Static memory: weights + gradients + optimizer state of each resident network (exact accounting); "
              "peak memory: the highest reading of the whole run from the named source.",
              tuning_note(suite)]
@@ -145,9 +160,12 @@ def tuning_note(suite: Suite) -> str:
             # bench.execution.tune records "points" as a count and every point's score under "scores".
             points = entry.get("points")
             n_points = points if isinstance(points, int) else len(points or entry.get("scores") or [])
+            overridden = _overridden(run, entry.get("chosen"))
+            ran = (f"; overridden: ran {', '.join(f'{_short(k)} = {v}' for k, v in overridden.items())}, not the "
+                   f"tuned value" if overridden else "")
             tuned[label] = (f"{label}: tuned on validation ({n_points} grid points, "
                             f"n = {entry.get('n_questions', fmt.MISSING)}, seeds {entry.get('seeds', fmt.MISSING)}; "
-                            f"chosen {_chosen_text(entry.get('chosen'))}, validation {mean_text})")
+                            f"chosen {_chosen_text(entry.get('chosen'))}, validation {mean_text}{ran})")
         else:
             untuned.append(label)
     parts = list(tuned.values()) + ([f"untuned defaults: {', '.join(untuned)}"] if untuned else [])
@@ -155,15 +173,53 @@ def tuning_note(suite: Suite) -> str:
     return "Hyperparameters: " + "; ".join(parts) + " (bench tune picks each method's values on a validation split)."
 
 
+def _short(key: str) -> str:
+    """A dotted spec key without ``methods.<name>.``: ``learning_rate``, ``reward_model.epochs``."""
+    parts = str(key).split(".")
+    return ".".join(parts[2:]) if parts[0] == "methods" and len(parts) > 2 else str(key)
+
+
 def _chosen_text(chosen: Any) -> str:
     """A tune's chosen values as ``key = value`` pairs, the method's own keys without ``methods.<name>.``
     (``learning_rate = 0.001, reward_model.epochs = 4``)."""
     if not isinstance(chosen, dict) or not chosen:
         return fmt.MISSING if chosen is None else str(chosen)
-    def short(key: str) -> str:
-        parts = key.split(".")
-        return ".".join(parts[2:]) if parts[0] == "methods" and len(parts) > 2 else key
-    return ", ".join(f"{short(str(key))} = {value}" for key, value in chosen.items())
+    return ", ".join(f"{_short(str(key))} = {value}" for key, value in chosen.items())
+
+
+_UNSET = object()
+
+
+def _spec_value(spec: Any, key: str) -> Any:
+    """The value at dotted ``key`` of a result's resolved spec, or ``_UNSET`` when the spec does not have it."""
+    node = spec
+    for part in str(key).split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNSET
+        node = node[part]
+    return node
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as settings: numbers within float rounding (1e-4 and 0.0001), anything else by value."""
+    x, y = fmt.num(a), fmt.num(b)
+    if x is not None and y is not None and not isinstance(a, bool) and not isinstance(b, bool):
+        return abs(x - y) <= 1e-12 * max(abs(x), abs(y), 1.0)
+    return a == b
+
+
+def _overridden(run: Run, chosen: Any) -> dict[str, Any]:
+    """The tuned keys whose value in the spec that ran differs from the chosen one (a command-line override such
+    as ``methods.grpo.learning_rate=4e-4``): key -> the value that ran. Keys the spec does not record are left out."""
+    if not isinstance(chosen, dict):
+        return {}
+    spec = run.result.get("spec") or {}
+    out = {}
+    for key, value in chosen.items():
+        ran = _spec_value(spec, str(key))
+        if ran is not _UNSET and not _same(ran, value):
+            out[str(key)] = ran
+    return out
 
 
 def _best(values: list[dict[int, float | None]], sources: list[str | None]) -> set[tuple[int, int]]:

@@ -5,7 +5,7 @@ They sit below every other report module (formatting, loading, figures), so thos
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -21,6 +21,8 @@ class Run:
     verdicts: list[dict[str, Any]] | None = None
     """Per-question lines of the after-training evaluation (completions.jsonl or eval_after.jsonl) without
     their text, sorted by index; None when the file is absent. Read a verdict with :func:`fmt.verdict`."""
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Values the report derives from the verdicts once per run (cluster labels, clustered scores)."""
 
     @property
     def kind(self) -> str:

@@ -118,7 +118,22 @@ def across_seeds(suite: Suite) -> fmt.Table:
         seeds = ", ".join(str(s) for s in row["seed_list"]) or fmt.MISSING
         rows.append([row["label"], f"{int(row['seeds'])} (seed {seeds})",
                      _spread(row, "accuracy_after", _pct), _spread(row, "step_s_median", _sec), memory])
-    return fmt.Table(list(HEADER), rows, [NOTE.format(mode=fmt.mode_note(suite.headline_mode))])
+    return fmt.Table(list(HEADER), rows, [NOTE.format(mode=fmt.mode_note(suite.headline_mode)), varied_note(suite)])
+
+
+def varied_note(suite: Suite) -> str:
+    """What the seeds varied (spec ``seed_scope``), so a spread is read as the spread of what it measures."""
+    spec = suite.spec or {}
+    if spec.get("seed_scope") == "pipeline":
+        return ("What the seeds vary (seed_scope: pipeline): every seed re-ran the shared stages (warm start, sample "
+                "pool, reward model) and initialised the model with its own seed, so the spread is the whole "
+                "pipeline's.")
+    first = (spec.get("seeds") or [None])[0]
+    return ("What the seeds vary (seed_scope: method): only the method stage, its data order and sampling. The warm "
+            "start, sample pool, reward model and the model's initialisation ran once"
+            + (f", with seed {first}," if first is not None else "")
+            + " and are shared by every seed, so this spread leaves their variance out; seed_scope=pipeline "
+              "re-runs them per seed.")
 
 
 def _ok_accuracy(suite: Suite) -> dict[str, dict[int, float]]:
@@ -178,14 +193,19 @@ def seed_tests_table(suite: Suite) -> fmt.Table:
         sd = "" if t["sd_diff"] is None else f" ± {100 * t['sd_diff']:.1f}"
         ci = (fmt.MISSING if t["low"] is None
               else f"[{100 * t['low']:+.1f}, {100 * t['high']:+.1f}] (df {t['df']})")
+        undefined = "undefined (zero spread)" if t.get("undefined") == stats.ZERO_SPREAD else fmt.MISSING
         rows.append([t["a"], t["b"], ", ".join(str(s) for s in t["seeds"]), f"{100 * t['mean_diff']:+.1f}{sd} pp", ci,
-                     fmt.MISSING if t["p_value"] is None else fmt.p_value_text(t["p_value"]),
-                     fmt.MISSING if t["p_holm"] is None else fmt.p_value_text(t["p_holm"])])
+                     undefined if t["p_value"] is None else fmt.p_value_text(t["p_value"]),
+                     undefined if t["p_holm"] is None else fmt.p_value_text(t["p_holm"])])
     notes = [f"Headline mode {fmt.mode_note(suite.headline_mode)}. Paired t-test over seeds: for each seed both "
              f"methods finished, the difference of their accuracies after; t = mean / (sd / √n) with n − 1 degrees of "
              f"freedom, two-sided; the interval is the 95% t interval of the mean difference. With 2–3 seeds the "
              f"test has little power: a large p says the seeds cannot tell the methods apart, not that they are equal.",
-             f"Holm-adjusted p: over the family of all {len(tests)} method pair(s) in this table."]
+             f"Holm-adjusted p: over the family of the {sum(t['p_value'] is not None for t in tests)} method "
+             f"pair(s) in this table that have a test. 'undefined (zero spread)': every seed gave the same difference "
+             f"(e.g. two seed-invariant methods), so the standard error is 0 and the t-test has nothing to judge "
+             f"by; such a pair is never called significant.",
+             varied_note(suite)]
     return fmt.Table(["A", "B", "seeds", "A − B: mean ± sd over seeds", "95% CI (t)", "t-test p", "Holm-adjusted p"],
                      rows, notes)
 

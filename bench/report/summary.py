@@ -122,8 +122,9 @@ INTROS = {
     "phase_memory": "Peak memory per phase (MiB); on CPU as the change over the reading after the models loaded.",
     "scaling": "The sweep's points: memory against model size, the PPO / GRPO ratio at every point, time against G "
                "and completion length, and the memory model's prediction beside each measurement.",
-    "paired": "Between methods on the same questions, within a seed: exact McNemar test, Holm-adjusted over every "
-              "pair, and the difference with a 95% paired-bootstrap interval.",
+    "paired": "Between methods on the same questions, within a seed: McNemar's test (exact; clustered where "
+              "questions share a working), Holm-adjusted over every comparison, and the difference with a 95% "
+              "paired-bootstrap interval (not adjusted).",
     "results": "One row per run (seed): accuracy in the headline scoring mode and in a second mode (each named "
                "in its column), memory, speed and the share of trained weights that moved.",
 }
@@ -134,7 +135,8 @@ def intro(key: str) -> str:
     return INTROS.get(key) or tables.INTROS.get(key, "")
 
 
-KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation", "memory_per_rank", "generation_backend")
+KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation", "memory_per_rank", "generation_backend",
+                "data_checks")
 """Detail tables placed by name; any other table tables.detail_tables adds is shown under its own key."""
 
 
@@ -186,13 +188,14 @@ def summary_markdown(suite: Suite) -> str:
     """The summary.md text, in the page's order: findings, claims check, headline, citation, then the details
     (results per run, across seeds, paired tests, what differs, networks, throughput, phases, per-phase memory,
     stages, max lengths, generation settings) and notes on sources."""
-    parts = [f"# Benchmark summary: {suite.preset}", ""]
-    if suite.description:
-        parts += [fmt.cap_text(suite.description), ""]
+    parts = [f"# Benchmark summary: {suite.preset} · {citation.run_title(suite)}", "",
+             fmt.cap_text(citation.run_description(suite)), ""]
     parts += [f"> {_md_cell(p)}" for p in suite.problems] + ([""] if suite.problems else [])
     parts += findings_lines(suite)
     parts += md_table_section("Claims check", intro("claims"), claims.claims_table(suite))
     parts += md_table_section("Headline", intro("headline"), overview.headline_table(suite))
+    detail = tables.detail_tables(suite)
+    parts += _md_section("Data checks", "data_checks", detail["data_checks"])
     parts += cite_lines(suite)
     head = headline_rows(suite)
     if head:
@@ -208,7 +211,6 @@ def summary_markdown(suite: Suite) -> str:
         parts += warning_lines(warnings)
     else:
         parts += ["No method runs were planned or found.", ""]
-    detail = tables.detail_tables(suite)
     parts += _md_section("Across seeds", "seeds", detail["seeds"])
     parts += md_table_section("Paired tests (headline accuracy, same questions)", intro("paired"),
                               paired_table(suite))

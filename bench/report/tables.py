@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.scoring import stats
-from bench.report import anchors, dynamics, fmt, networks, ranks, seeds, settings, throughput
+from bench.report import anchors, datachecks, dynamics, fmt, networks, ranks, seeds, settings, throughput
 from bench.report.load import Run, Suite, results_frame
 
 LOW_CHANGE = 0.5
@@ -135,6 +135,39 @@ def _paired(va: dict[Any, bool], vb: dict[Any, bool]) -> tuple[list[bool], list[
     return [va[k] for k in common], [vb[k] for k in common]
 
 
+def _clusters(a: Run, b: Run, va: dict[Any, bool], vb: dict[Any, bool]) -> list[str]:
+    """The cluster label of every question both runs judged (in `_paired`'s order): one working of the synthetic
+    task, else the question itself (fmt.cluster_labels). Both runs scored the same questions, so either run's
+    labels serve; a question only one of them labelled is its own cluster."""
+    la, lb = fmt.cluster_labels(a), fmt.cluster_labels(b)
+    return [la.get(k) or lb.get(k) or f"q:{k}" for k in sorted(set(va) & set(vb), key=str)]
+
+
+def compare(xa: list[bool], xb: list[bool], clusters: list[str]) -> dict[str, Any]:
+    """The paired comparison of two runs' verdicts: `stats.clustered_mcnemar` (exact McNemar when every cluster
+    holds one question) and `stats.cluster_bootstrap` of the difference (clusters resampled when there are any)."""
+    mc = stats.clustered_mcnemar(xa, xb, clusters)
+    boot = stats.cluster_bootstrap(xa, xb, clusters)
+    return {"n": mc["n"], "clusters": mc["clusters"], "test": mc["test"], "a_only": mc["a_only"],
+            "b_only": mc["b_only"], "p_value": mc["p_value"], "diff": boot["mean_diff"], "diff_low": boot["low"],
+            "diff_high": boot["high"]}
+
+
+def tests_used(tests: list[dict[str, Any]]) -> str:
+    """'McNemar (exact)', or both names when some comparisons had clusters and some did not."""
+    return " / ".join(dict.fromkeys(t["test"] for t in tests)) or stats.EXACT_MCNEMAR
+
+
+def clusters_note(tests: list[dict[str, Any]]) -> str:
+    """What the statistics treated as independent: questions (one per cluster) or clusters of questions."""
+    if all(t["clusters"] == t["n"] for t in tests):
+        return ("Every question is its own cluster here (one question per synthetic working, one per GSM8K "
+                "problem), so the tests treat the questions as independent.")
+    return ("Some questions share a cluster (the same synthetic working asked under other names, whose verdicts "
+            "agree): the p-value is Durkalski's clustered McNemar (each cluster one unit) and the bootstrap "
+            "resamples clusters, so copies of one working count once.")
+
+
 def paired_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
     """McNemar (exact) and a paired bootstrap between ok method runs of the same seed, on ``mode`` verdicts.
 
@@ -157,13 +190,8 @@ def paired_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
         if pair is None:
             continue
         xa, xb = pair
-        mc = stats.mcnemar_test(xa, xb)
-        boot = stats.paired_bootstrap(xa, xb)
-        out.append({
-            "a": names[a.run_id], "b": names[b.run_id], "seed": a.result.get("seed"), "mode": mode, "n": mc["n"],
-            "a_only": mc["a_only"], "b_only": mc["b_only"], "p_value": mc["p_value"],
-            "diff": boot["mean_diff"], "diff_low": boot["low"], "diff_high": boot["high"],
-        })
+        out.append({"a": names[a.run_id], "b": names[b.run_id], "seed": a.result.get("seed"), "mode": mode,
+                    "unit": fmt.cluster_unit(a), **compare(xa, xb, _clusters(a, b, maps[a.run_id], maps[b.run_id]))})
     for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
         test["p_holm"] = adjusted
     return out
@@ -191,18 +219,28 @@ def paired_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
     tests = paired_tests(suite, mode)
     if not tests:
         return fmt.Table([], [])
-    rows = [[_seed_text(t["seed"]), t["a"], t["b"], fmt.int_text(t["n"]), fmt.int_text(t["a_only"]),
+    rows = [[_seed_text(t["seed"]), t["a"], t["b"], _questions_text(t), fmt.int_text(t["a_only"]),
              fmt.int_text(t["b_only"]), fmt.p_value_text(t["p_value"]), fmt.p_value_text(t["p_holm"]),
              _diff_text(t["diff"], t["diff_low"], t["diff_high"])] for t in tests]
+    pairs = len({(t["a"], t["b"]) for t in tests})
+    seeds_ = len({t["seed"] for t in tests})
     notes = [f"Scoring mode: {fmt.mode_note(mode)}.",
-             "McNemar: exact two-sided binomial test on the questions exactly one of the two runs got right. "
-             "A − B: difference in accuracy with a 95% paired bootstrap interval (2,000 resamples of questions).",
+             f"Test: {tests_used(tests)}; McNemar is the exact two-sided binomial test on the questions exactly one "
+             f"of the two runs got right. A − B: difference in accuracy with a 95% paired bootstrap interval (2,000 "
+             f"resamples); the interval is not adjusted for multiple comparisons, the Holm-adjusted p beside it is.",
+             clusters_note(tests),
              f"Holm-adjusted p: Holm's step-down correction over the family of all {len(tests)} between-method "
-             f"McNemar test(s) in this table (every pair of methods, every seed, this mode); a difference is called "
-             f"significant when its adjusted p is below {ALPHA}. These tests see only question-to-question noise; "
-             f"the seed-level comparison shows the seed-to-seed spread."]
-    return fmt.Table(["seed", "A", "B", "questions", "A only right", "B only right", "McNemar p",
-                      "Holm-adjusted p", "A − B (95% bootstrap CI)"], rows, notes)
+             f"comparisons in this table ({pairs} method pair(s) × {seeds_} seed(s), this mode); a difference is "
+             f"called significant when its adjusted p is below {ALPHA}. These tests see only question-to-question "
+             f"noise; the seed-level comparison shows the seed-to-seed spread."]
+    return fmt.Table(["seed", "A", "B", "questions (clusters)", "A only right", "B only right", "McNemar p",
+                      "Holm-adjusted p", "A − B (95% bootstrap CI, unadjusted)"], rows, notes)
+
+
+def _questions_text(t: dict[str, Any]) -> str:
+    """'5,000' when every question is its own cluster, else '5,000 (2,099)'."""
+    n, k = fmt.int_text(t["n"]), t.get("clusters")
+    return n if k is None or k == t["n"] else f"{n} ({int(k):,})"
 
 
 START_STAGE = "warm_start"
@@ -216,6 +254,12 @@ def _start_run(suite: Suite, seed: Any) -> Run | None:
     starts = [r for r in starts if r.status == "ok" and r.verdicts]
     same_seed = [r for r in starts if r.result.get("seed") == seed]
     return (same_seed or starts or [None])[0]
+
+
+def start_run(suite: Suite, seed: Any) -> Run | None:
+    """The starting checkpoint's run for ``seed`` (the warm start of that seed, else the one every seed shares)
+    with per-question verdicts; None without one."""
+    return _start_run(suite, seed)
 
 
 def start_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
@@ -238,13 +282,13 @@ def start_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
         if pair is None:
             continue
         before, after = pair
-        mc = stats.mcnemar_test(after, before)
-        boot = stats.paired_bootstrap(after, before)
+        vs, vr = verdict_map(start, mode), verdict_map(run, mode)
+        test = compare(after, before, _clusters(run, start, vr, vs))
         n = len(before)
         out.append({"run_id": run.run_id, "method": names[run.run_id], "seed": run.result.get("seed"),
-                    "start": start.run_id, "mode": mode, "n": n, "before": sum(before) / n, "after": sum(after) / n,
-                    "gained": mc["a_only"], "lost": mc["b_only"], "p_value": mc["p_value"],
-                    "diff": boot["mean_diff"], "diff_low": boot["low"], "diff_high": boot["high"]})
+                    "start": start.run_id, "mode": mode, "before": sum(before) / n, "after": sum(after) / n,
+                    "unit": fmt.cluster_unit(run),
+                    "gained": test["a_only"], "lost": test["b_only"], **test})
     for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
         test["p_holm"] = adjusted
     return out
@@ -256,17 +300,29 @@ def start_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
     tests = start_tests(suite, mode)
     if not tests:
         return fmt.Table([], [])
-    rows = [[t["method"], _seed_text(t["seed"]), fmt.int_text(t["n"]), fmt.pct(t["before"]), fmt.pct(t["after"]),
+    rows = [[t["method"], _seed_text(t["seed"]), _questions_text(t), fmt.pct(t["before"]), fmt.pct(t["after"]),
              fmt.int_text(t["gained"]), fmt.int_text(t["lost"]), fmt.p_value_text(t["p_value"]),
              fmt.p_value_text(t["p_holm"]), _diff_text(t["diff"], t["diff_low"], t["diff_high"])] for t in tests]
     notes = [f"Scoring mode: {fmt.mode_note(mode)}.",
              "Start: the warm start's own evaluation of the checkpoint every method begins from, on the same "
              "questions (matched by question id, else position). Gained: right after training, wrong at the start; "
-             "lost: the reverse. McNemar is exact on gained vs lost; after − before has a 95% paired bootstrap "
-             "interval.",
+             f"lost: the reverse. Test: {tests_used(tests)} on gained vs lost; after − before has a 95% paired "
+             "bootstrap interval, not adjusted for multiple comparisons (the Holm-adjusted p beside it is).",
+             clusters_note(tests),
              f"Holm-adjusted p: over the family of all {len(tests)} method-against-start test(s) in this table."]
-    return fmt.Table(["method", "seed", "questions", "start", "after", "gained", "lost", "McNemar p",
-                      "Holm-adjusted p", "after − start (95% bootstrap CI)"], rows, notes)
+    return fmt.Table(["method", "seed", "questions (clusters)", "start", "after", "gained", "lost",
+                      "McNemar p", "Holm-adjusted p", "after − start (95% bootstrap CI, unadjusted)"],
+                     rows, notes)
+
+
+def stage_label(suite: Suite, run: Run) -> str:
+    """A stage's label as the spec ran it: under ``sample_pool.pairs: gold`` the pool's pairs are gold-labelled
+    (the gold solution as chosen), whatever label an older result recorded."""
+    spec = run.result.get("spec") if isinstance(run.result.get("spec"), dict) else suite.spec or {}
+    pairs = ((spec or {}).get("sample_pool") or {}).get("pairs")
+    if run.result.get("method") == "sample_pool" and pairs == "gold":
+        return run.label.replace("verifier-labelled", "gold-labelled")
+    return run.label
 
 
 def stage_rows(suite: Suite) -> list[dict[str, Any]]:
@@ -278,7 +334,7 @@ def stage_rows(suite: Suite) -> list[dict[str, Any]]:
     for run in suite.stages:
         metrics = run.result.get("metrics") or {}
         rows.append({
-            "stage": run.label,
+            "stage": stage_label(suite, run),
             "run_id": run.run_id,
             "status": fmt.status_text(run),
             "accuracy": fmt.score_text(fmt.score(run, "after", suite.headline_mode)),
@@ -460,10 +516,11 @@ SOURCE_NOTES = {
 def notes(suite: Suite) -> list[str]:
     """Plain-language notes on how every number was obtained, for the page and the Markdown."""
     out = [
-        f"Accuracy: greedy decoding on the held-out split; headline numbers (results.csv's accuracy_before / "
-        f"accuracy_after, the across-seeds and statistics tables) use the mode `{suite.headline_mode}`"
+        f"Accuracy: greedy decoding on {datachecks.split_text(suite)}; headline numbers (results.csv's "
+        f"accuracy_before / accuracy_after, the across-seeds and statistics tables) use the mode "
+        f"`{suite.headline_mode}`"
         + (" (chosen in report_settings.json)" if suite.headline_mode != fmt.HEADLINE_MODE else "")
-        + ". Brackets are 95% Wilson intervals over the questions.",
+        + f". Brackets are 95% {datachecks.interval_text(suite)}.",
         "Scoring modes: " + "; ".join(f"`{m}`: {fmt.MODE_DESCRIPTIONS.get(m, 'no description')}" for m in fmt.MODES)
         + ". Results written before the modes were renamed stored suite-strict as 'strict' and suite-flexible as "
           "'flexible'; the report reads them under the new names.",
@@ -476,8 +533,13 @@ def notes(suite: Suite) -> list[str]:
         f"stored value differs after training; below {LOW_CHANGE:.0%} the run is flagged.",
         "Memory readings from different sources are not comparable and are never charted together.",
     ]
-    parallel = (suite.spec or {}).get("parallel_runs", 1) or 1
-    if parallel > 1:
+    parallel, device = throughput.concurrency(suite)
+    if parallel > 1 and device == "cuda":
+        out.append(f"Concurrency: method runs ran {parallel} at a time, each on GPUs of its own (never a shared "
+                   f"device, so each memory reading is its run's own; the GPU column says which); they shared the "
+                   f"host's CPU cores, memory and PCIe, so throughput and time may carry a little of each other's "
+                   f"load; set parallel_runs=1 for runs one after another.")
+    elif parallel > 1:
         threads = (suite.spec or {}).get("threads") or "default"
         out.append(f"Concurrency: method runs shared this machine, {parallel} at a time ({threads} torch thread(s) "
                    f"each), so their throughput and time figures carry each other's load and compare only "
@@ -508,6 +570,9 @@ INTROS = {
                 "entropy, completion length, zero-variance groups, clip fraction, gradient norm; PPO's critic).",
     "monitors": "Reward-hacking and 'aha' monitors on the final evaluation's completions, per method.",
     "anchors": "Published numbers for this model, measured elsewhere under other conditions (external).",
+    "data_checks": "What the evaluated split shares with the training split, by question, by whole working and by "
+                   "step, and how many independent units (clusters) it has: the report calls the split held out "
+                   "only where an overlap is 0.",
     "memory_per_rank": "Runs started as several processes (accelerate): each rank's own peak memory by source, "
                        "the max over ranks (memory per device) and the sum, beside each run's parallel layout "
                        "(memory_per_rank.csv has the same numbers in bytes).",
@@ -542,6 +607,7 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
         "dynamics": dynamics.dynamics_table(suite),
         "monitors": dynamics.monitors_table(suite),
         "anchors": anchors.anchor_table(suite),
+        "data_checks": datachecks.data_checks_table(suite),
         "memory_per_rank": ranks.rank_memory_table(suite),
         "generation_backend": ranks.backend_table(suite),
     }

@@ -45,6 +45,25 @@ def _row(name: str, run: Run) -> list[str]:
             _cell(run, "trained_tokens_per_s", 1), _cell(run, "wall_s", 1)]
 
 
+def concurrency(suite: Suite) -> tuple[int, str]:
+    """(method runs at once, "cuda" or "cpu"): suite.json's ``schedule`` (parallel_runs resolved by the runner,
+    bench.execution.devices), else the spec's parallel_runs (``auto`` with no schedule recorded: 1) on a CPU, the
+    only place runs went side by side before GPUs were scheduled."""
+    schedule = suite.meta.get("schedule") if isinstance(suite.meta.get("schedule"), dict) else {}
+    count = schedule.get("parallel_runs")
+    if not isinstance(count, int) or isinstance(count, bool):
+        count = (suite.spec or {}).get("parallel_runs", 1)
+        count = count if isinstance(count, int) and not isinstance(count, bool) else 1
+    return max(1, count), "cuda" if schedule.get("device") == "cuda" else "cpu"
+
+
+def _gpus(run: Run) -> str | None:
+    """The GPUs a run ran on (result["placement"]["gpus"], as CUDA_VISIBLE_DEVICES entries), None when not recorded."""
+    placed = run.result.get("placement")
+    gpus = placed.get("gpus") if isinstance(placed, dict) else None
+    return ",".join(str(g) for g in gpus) if isinstance(gpus, list) and gpus else None
+
+
 def throughput_table(suite: Suite) -> fmt.Table:
     """One row per run that trained: steps, set-up and training seconds, step times, rates and wall time.
 
@@ -55,6 +74,10 @@ def throughput_table(suite: Suite) -> fmt.Table:
         return fmt.Table([], [])
     names = fmt.display_names(runs)
     rows = [_row(names[r.run_id], r) for r in runs]
+    header = list(HEADER)
+    if any(_gpus(r) for r in runs):  # which GPU ran what (bench.execution.devices), when the runner recorded it
+        header.append("GPU")
+        rows = [row + [_gpus(r) or fmt.MISSING] for row, r in zip(rows, runs)]
     recorded = [t for t in (_timing(r) for r in runs) if t]
     # The most common basis; on a tie the usual one (on_train_begin to on_train_end), then the first seen.
     basis = max(dict.fromkeys(recorded), key=lambda t: (recorded.count(t), t == DEFAULT_TIMING), default=None)
@@ -71,4 +94,7 @@ def throughput_table(suite: Suite) -> fmt.Table:
     unknown = [names[r.run_id] for r in runs if _timing(r) is None]
     if unknown and basis:
         notes.append("Timing basis not recorded (a result written before it was): " + ", ".join(unknown) + ".")
-    return fmt.Table(list(HEADER), rows, notes)
+    if "GPU" in header:
+        notes.append("GPU: the device(s) the run's worker saw (CUDA_VISIBLE_DEVICES, as nvidia-smi numbers them); "
+                     "runs side by side never share one.")
+    return fmt.Table(header, rows, notes)

@@ -4,6 +4,10 @@ Pure Python (``math``) except the bootstrap, which draws its resample counts wit
 dependency of pandas, which the report needs anyway): the report must rebuild on a laptop from a results
 folder, so nothing here may pull in torch or scipy. Every function is checked against hand-worked
 values in ``tests/test_stats.py``.
+
+Questions that share a cluster (the same synthetic working asked under other names) are not independent: the
+clustered functions (`clustered_proportion`, `clustered_mcnemar`, `cluster_bootstrap`) take a label per question
+and treat each cluster as one unit; without shared labels they return their per-question counterparts' values.
 """
 
 from __future__ import annotations
@@ -118,6 +122,157 @@ def paired_bootstrap(
         "n_resamples": n_resamples,
         "seed": seed,
     }
+
+
+# --- clustered questions ---------------------------------------------------------------------------------
+# Questions are not always independent: the synthetic task can ask one working (the same operations, operands and
+# results) under several names, and a model that gets one right gets the others right too. Verdicts within such a
+# cluster agree, so a per-question interval or test counts the same evidence several times. Every function below
+# takes a cluster label per question; when no cluster holds more than one question (real GSM8K: one question per
+# problem; the synthetic test split: one question per working) each returns exactly what its per-question
+# counterpart returns, so nothing changes where there is nothing to correct.
+def cluster_count(clusters: Sequence[object]) -> int:
+    """The number of distinct cluster labels."""
+    return len(set(clusters))
+
+
+def has_clusters(clusters: Sequence[object] | None) -> bool:
+    """True when ``clusters`` is given and some label is shared by two or more questions."""
+    return clusters is not None and len(set(clusters)) < len(clusters)
+
+
+def _check_clusters(n: int, clusters: Sequence[object]) -> None:
+    if len(clusters) != n:
+        raise ValueError(f"need one cluster label per question, got {len(clusters)} labels for {n} questions")
+
+
+def clustered_proportion(values: Sequence[bool], clusters: Sequence[object] | None = None,
+                         z: float = 1.96) -> dict[str, float | int]:
+    """A proportion with a 95% interval that respects clusters: Wilson at the effective sample size.
+
+    ``p = sum(values) / n``. Its cluster-robust (ratio-estimator) variance is
+    ``v = K / (K - 1) * sum_k (y_k - p m_k)^2 / n^2`` over the K clusters (``y_k`` correct of ``m_k`` questions);
+    the design effect is ``deff = v / (p (1 - p) / n)``, floored at 1 (clustering never makes an interval
+    narrower than the per-question one), and the interval is Wilson's at ``n_eff = n / deff`` (Korn and Graubard
+    1998). At p = 0 or 1 there is no spread to estimate ``deff`` from, so ``n_eff`` is K (each cluster one
+    observation, the conservative choice); with one cluster it is 1.
+
+    Without clusters (``clusters`` None, or every label distinct) this is `wilson_interval` exactly, with
+    ``design_effect`` 1. Returns ``{"n", "clusters", "correct", "accuracy", "low", "high", "design_effect",
+    "effective_n"}``.
+    """
+    n = len(values)
+    correct = sum(1 for v in values if v)
+    if clusters is not None:
+        _check_clusters(n, clusters)
+    k = n if clusters is None else cluster_count(clusters)
+    out: dict[str, float | int] = {"n": n, "clusters": k, "correct": correct,
+                                   "accuracy": correct / n if n else 0.0, "design_effect": 1.0, "effective_n": n}
+    if not has_clusters(clusters):
+        out["low"], out["high"] = wilson_interval(correct, n, z)
+        return out
+    p = correct / n
+    totals: dict[object, list[int]] = {}
+    for v, c in zip(values, clusters):
+        entry = totals.setdefault(c, [0, 0])
+        entry[0] += 1 if v else 0
+        entry[1] += 1
+    if k < 2:
+        n_eff = 1.0
+    elif p in (0.0, 1.0):
+        n_eff = float(k)
+    else:
+        v = k / (k - 1) * sum((y - p * m) ** 2 for y, m in totals.values()) / (n * n)
+        deff = max(1.0, v / (p * (1 - p) / n))
+        n_eff = n / deff
+    out["design_effect"] = n / n_eff
+    out["effective_n"] = n_eff
+    out["low"], out["high"] = _wilson_at(p, n_eff, z)
+    return out
+
+
+def _wilson_at(p: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """`wilson_interval` for a proportion ``p`` over a (possibly fractional) effective ``n`` > 0."""
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (p + z2 / (2 * n)) / denom
+    half = (z / denom) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return (min(p, max(0.0, center - half)), max(p, min(1.0, center + half)))
+
+
+def clustered_mcnemar(a: Sequence[bool], b: Sequence[bool], clusters: Sequence[object] | None = None
+                      ) -> dict[str, float | int | str]:
+    """A paired test of two methods on the same questions that respects clusters.
+
+    Without clusters: `mcnemar_test` (exact) unchanged, ``test`` = "McNemar (exact)". With clusters: the
+    adjusted McNemar test for clustered matched pairs of Durkalski, Palesch, Lipsitz and Rust (Statistics in
+    Medicine 22, 2003): with ``d_k`` = (A right, B wrong) minus (B right, A wrong) in cluster k,
+    ``X^2 = (sum_k d_k)^2 / sum_k d_k^2`` against chi-squared with 1 degree of freedom. Every cluster is one
+    unit, so twelve copies of one working count once; with one question per cluster ``sum d_k^2`` is the number
+    of discordant questions and ``X^2`` is McNemar's own chi-squared statistic. Returns `mcnemar_test`'s keys and
+    ``test``, ``clusters`` (K) and ``statistic`` (X^2; absent for the exact test).
+    """
+    out: dict[str, float | int | str] = dict(mcnemar_test(a, b))
+    if clusters is not None:
+        _check_clusters(len(a), clusters)
+    out["clusters"] = len(a) if clusters is None else cluster_count(clusters)
+    if not has_clusters(clusters):
+        out["test"] = EXACT_MCNEMAR
+        return out
+    diffs: dict[object, int] = {}
+    for x, y, c in zip(a, b, clusters):
+        diffs[c] = diffs.get(c, 0) + (1 if x and not y else -1 if y and not x else 0)
+    numerator = float(sum(diffs.values())) ** 2
+    denominator = float(sum(d * d for d in diffs.values()))
+    statistic = numerator / denominator if denominator else 0.0
+    # P(chi2_1 >= x) = P(|Z| >= sqrt x) = erfc(sqrt(x / 2)).
+    out.update(test=CLUSTERED_MCNEMAR, statistic=statistic,
+               p_value=1.0 if denominator == 0 else min(1.0, math.erfc(math.sqrt(statistic / 2.0))))
+    return out
+
+
+EXACT_MCNEMAR = "McNemar (exact)"
+CLUSTERED_MCNEMAR = "clustered McNemar (Durkalski 2003)"
+"""The two names :func:`clustered_mcnemar` gives its test (``test``), for the report's tables."""
+
+
+def cluster_bootstrap(a: Sequence[float], b: Sequence[float], clusters: Sequence[object] | None = None,
+                      n_resamples: int = 2000, seed: int = 0) -> dict[str, float | int]:
+    """Paired bootstrap of ``mean(a) - mean(b)`` that resamples clusters, not questions.
+
+    Without clusters: `paired_bootstrap` unchanged. With clusters: K clusters are drawn with replacement (the same
+    draw for a and b, so it stays paired) and each resample's difference is ``sum of the drawn clusters' (a - b) /
+    their questions`` (the ratio estimator, since clusters differ in size); the interval is the 2.5th to 97.5th
+    percentile. Returns `paired_bootstrap`'s keys and ``clusters`` (K).
+    """
+    if clusters is not None:
+        _check_clusters(len(a), clusters)
+    if not has_clusters(clusters):
+        out = dict(paired_bootstrap(a, b, n_resamples, seed))
+        out["clusters"] = out["n"]
+        return out
+    if len(a) != len(b):
+        raise ValueError(f"paired values must have the same length, got {len(a)} and {len(b)}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    import numpy as np  # lazy, as in paired_bootstrap
+
+    sums: dict[object, list[float]] = {}
+    for x, y, c in zip(a, b, clusters):
+        entry = sums.setdefault(c, [0.0, 0.0])
+        entry[0] += float(x) - float(y)
+        entry[1] += 1.0
+    d = np.array([v[0] for v in sums.values()])
+    m = np.array([v[1] for v in sums.values()])
+    k = len(d)
+    rng = np.random.default_rng(seed)
+    resampled: list[float] = []
+    for start in range(0, n_resamples, 250):  # chunks keep the (resamples x clusters) count matrix small
+        counts = rng.multinomial(k, np.full(k, 1.0 / k), size=min(250, n_resamples - start))
+        resampled += (counts @ d / (counts @ m)).tolist()
+    return {"n": len(a), "clusters": k, "mean_diff": float(d.sum() / m.sum()),
+            "low": percentile(resampled, 2.5), "high": percentile(resampled, 97.5),
+            "n_resamples": n_resamples, "seed": seed}
 
 
 def median(xs: Sequence[float]) -> float:
@@ -260,7 +415,13 @@ def mean_sd(xs: Sequence[float]) -> tuple[float, float | None]:
     return mean, math.sqrt(sum((float(x) - mean) ** 2 for x in xs) / (n - 1))
 
 
-def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict[str, float | int | None]:
+ONE_PAIR = "one pair (no spread to test against)"
+ZERO_SPREAD = "zero spread across seeds (every paired difference is the same, so the standard error is 0)"
+"""Why :func:`paired_t_test` is undefined: its ``undefined`` field, printed as is by the report."""
+
+
+def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95
+                  ) -> dict[str, float | int | str | None]:
     """Paired t-test of ``mean(a - b) = 0`` over matched units (here: seeds), two-sided.
 
     ``t = mean(d) / (sd(d) / sqrt(n))`` with ``n - 1`` degrees of freedom; the interval is
@@ -268,9 +429,12 @@ def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.
     variation (sampling during training, data order) is what the per-question tests leave out.
 
     Returns:
-        ``{"n", "df", "mean_diff", "sd_diff", "t", "p_value", "low", "high"}``. With fewer than two pairs there
-        is no spread to test against: t, p and the interval are None. When every difference is the same, the
-        spread is zero: p is 1.0 if that difference is 0, else 0.0 (t = ±inf), and the interval is the point.
+        ``{"n", "df", "mean_diff", "sd_diff", "t", "p_value", "low", "high", "undefined"}``. ``undefined`` is None
+        when the test ran, else why it cannot: with fewer than two pairs there is no spread to test against
+        ("one pair"); when every difference is the same (``sd_diff`` 0 up to float rounding: both methods land
+        on the same scores every seed, e.g. the lr-0 control against a seed-invariant method) the standard error
+        is zero and t = mean / 0 is no evidence of anything ("zero spread across seeds"). In both cases t, p and
+        the interval are None, so Holm leaves the pair out and nothing calls it significant.
     """
     if len(a) != len(b):
         raise ValueError(f"paired values must have the same length, got {len(a)} and {len(b)}")
@@ -279,13 +443,14 @@ def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.
     diffs = [float(x) - float(y) for x, y in zip(a, b)]
     n = len(diffs)
     mean, sd = mean_sd(diffs)
-    out: dict[str, float | int | None] = {"n": n, "df": n - 1, "mean_diff": mean, "sd_diff": sd,
-                                          "t": None, "p_value": None, "low": None, "high": None}
+    out: dict[str, float | int | str | None] = {"n": n, "df": n - 1, "mean_diff": mean, "sd_diff": sd,
+                                                "t": None, "p_value": None, "low": None, "high": None,
+                                                "undefined": None}
     if sd is None:
+        out["undefined"] = ONE_PAIR
         return out
     if sd <= 1e-12 * max(1.0, abs(mean)):  # equal differences up to float rounding (0.3 - 0.2 vs 0.8 - 0.7)
-        out.update(t=0.0 if mean == 0 else math.copysign(math.inf, mean), p_value=1.0 if mean == 0 else 0.0,
-                   low=mean, high=mean)
+        out.update(sd_diff=0.0, undefined=ZERO_SPREAD)
         return out
     se = sd / math.sqrt(n)
     t = mean / se

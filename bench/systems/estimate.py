@@ -4,11 +4,14 @@
     bench estimate --model qwen2.5-7b --method grpo --zero-stage 2 --gpus 8     # one layout: per-GPU peak, fits
 
 Prints, per network, weights, gradients, AdamW state and the bf16 working copies under the precision policy;
-per phase what a step adds (KV cache, activations, logits); the peak and its phase; whether it fits, the largest
-micro-batch that does, and the fewest GPUs needed under plain data parallelism, each ZeRO stage and ZeRO-3 with
-CPU offload (with the host memory the offload needs). ``--zero-stage`` / ``--gpus`` / ``--offload`` ask for one
-layout: its per-GPU memory, peak, whether it fits and its largest micro-batch. Settings default to the
-gsm8k-qwen0.5b preset's shapes (`bench.systems.memory_terms.Settings`). Imports no torch: it answers in well under a second.
+what stays resident between steps; per phase what a step adds (KV cache, activations, logits) at its largest moment,
+and which moment that is; the peak, the CUDA context and NCCL buffers outside the allocator; whether it fits, the
+largest micro-batch that does, and the fewest GPUs needed under plain data parallelism, each ZeRO stage and ZeRO-3
+with CPU offload (with the host memory the offload needs), and for the suite's engine the ZeRO-3 what-if (frozen
+networks sharded, generation gathered in bf16); then the stages the method reads (sample pool, reward model), each
+with its peak. ``--zero-stage`` / ``--gpus`` / ``--offload`` ask for one layout: its per-GPU memory, peak, whether
+it fits and its largest micro-batch. Settings default to the gsm8k-qwen0.5b preset's shapes
+(`bench.systems.memory_terms.Settings`). Imports no torch: it answers in well under a second.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bench.errors import UserError
-from bench.systems.memory_model import MAX_GPUS, Prediction, predict
 from bench.systems.memory_layouts import LayoutMemory
-
+from bench.systems.memory_model import MAX_GPUS, WHAT_IF, Prediction, predict
+from bench.systems.memory_stages import StagePrediction
 from bench.systems.memory_terms import ENGINE_METHODS, GIB, METHOD_ROLES, Layout, Settings
 
 ALL = "all"
@@ -76,6 +79,12 @@ KEY_ALIASES = {
     "train.lora.r": "lora_rank",
     "train.kl_beta": "kl_beta",
     "train.lora.critic": "lora_critic",
+    "reward_model.batch_size": "reward_model_pairs",
+    "sample_pool.batch_size": "pool_batch_size",
+    "sample_pool.samples_per_prompt": "pool_samples",
+    "eval.enabled": "evaluation",
+    "eval.batch_size": "eval_batch_size",
+    "eval.max_new_tokens": "eval_completion_tokens",
 }
 """Spec-style keys accepted for the Settings fields (so a preset's override reads the same here)."""
 
@@ -115,21 +124,28 @@ def parse_settings(items: list[str], gpu_memory_bytes: int) -> Settings:
     return Settings(**values, gpu_memory_bytes=gpu_memory_bytes)
 
 
+CHOICES = {"dtype": ("float32", "bfloat16"), "device": ("cuda", "cpu")}
+"""The text settings and their values."""
+
+
 def _convert(name: str, raw: str, kind: type) -> Any:
-    """One setting's value, checked: booleans true/false, counts >= 0 (sizes >= 1), dtype float32 | bfloat16."""
+    """One setting's value, checked: booleans true/false, counts >= 0 (sizes >= 1), dtype float32 | bfloat16,
+    device cuda | cpu."""
     if kind is bool:
         if raw.lower() not in ("true", "false", "1", "0", "on", "off"):
             raise UserError(f"'{name}' must be true or false, got '{raw}'")
         return raw.lower() in ("true", "1", "on")
     if kind is str:
-        if raw not in ("float32", "bfloat16"):
-            raise UserError(f"'{name}' must be float32 or bfloat16, got '{raw}'")
+        if raw not in CHOICES[name]:
+            raise UserError(f"'{name}' must be {' or '.join(CHOICES[name])}, got '{raw}'")
         return raw
     try:
         value = kind(raw)
     except ValueError:
         raise UserError(f"'{name}' must be a{'n integer' if kind is int else ' number'}, got '{raw}'") from None
-    least = 1 if name in ("prompt_tokens", "completion_tokens", "group_size", "prompts_per_step") else 0
+    least = 1 if name in ("prompt_tokens", "completion_tokens", "group_size", "prompts_per_step", "reward_model_pairs",
+                          "reward_model_eval_pairs", "pool_batch_size", "pool_samples", "eval_batch_size",
+                          "eval_completion_tokens") else 0
     if value < least:
         raise UserError(f"'{name}' must be >= {least}, got '{raw}'")
     return value
@@ -261,27 +277,59 @@ def format_prediction(p: Prediction) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for row in rows:
         lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
-    lines += ["", "per phase, on top of the static total (approximate):"]
-    for phase, terms in p.phases.items():
-        parts = ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in terms.items() if k != "total")
-        mark = "  <- peak" if phase == p.peak_phase else ""
-        lines.append(f"  {phase:<10} {size(terms['total']):>12}  ({parts}){mark}")
+    resident = (f"resident between steps: {size(p.resident_bytes)}"
+                + (f" (the static total less the {size(p.static_bytes - p.resident_bytes)} of gradients TRL's Trainer "
+                   f"frees after each step; they count in the update)" if p.resident_bytes != p.static_bytes else
+                   " (the static total)"))
+    lines += ["", resident, "per phase, on top of it (approximate; the phase's largest moment):"]
+    lines += format_phases(p.phases, p.moments, p.peak_phase)
     acts = p.activations_bytes
-    why = ("the static terms alone exceed one GPU" if p.static_bytes > s.gpu_memory_bytes
+    why = ("the static terms alone exceed one GPU" if p.resident_bytes > s.gpu_memory_bytes
            else "the static terms plus one sequence's step exceed one GPU")
+    outside = ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in p.outside_allocator.items())
     lines += [f"activations per micro-batch (trained networks): {size(acts['checkpointing'])} with gradient "
               f"checkpointing, {size(acts['no_checkpointing'])} without; KV cache {size(p.kv_cache_bytes)}; "
               f"update logits {size(p.logits_bytes)}",
               "",
-              f"peak {size(p.peak_bytes)} in {p.peak_phase}; GPU {size(s.gpu_memory_bytes)}: "
-              f"{'fits' if p.fits else 'does NOT fit'}",
+              f"peak {size(p.peak_bytes)} in {p.peak_phase} ({p.peak_moment}; PyTorch's allocator)"
+              + (f" + {outside} outside it = {size(p.device_peak_bytes)}" if outside else "")
+              + f"; GPU {size(s.gpu_memory_bytes)}: {'fits' if p.fits else 'does NOT fit'}",
               f"largest micro-batch that fits: {p.max_micro_batch or f'none ({why})'}",
               "", *format_gpu_counts(p, why)]
     if p.layout is not None:
         lines += ["", *format_layout(p.layout, s.gpu_memory_bytes)]
-    lines += ["", "static terms exact; the rest approximate (no CUDA context, allocator cache or fragmentation)",
+    for stage in p.stages.values():
+        lines += ["", *format_stage(stage, s.gpu_memory_bytes)]
+    lines += ["", "static terms exact; the rest approximate (no allocator cache or fragmentation)",
               *[f"note: {n}" for n in p.notes[1:]]]
     return "\n".join(lines)
+
+
+def format_phases(phases: dict[str, dict[str, int]], moments: dict[str, Any], peak_phase: str,
+                  indent: str = "  ") -> list[str]:
+    """One line per phase: its total, its terms and, for a phase of several moments, the moment that peaks."""
+    lines = []
+    for phase, terms in phases.items():
+        parts = ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in terms.items() if k != "total")
+        by_moment = moments.get(phase) or {}
+        at = max(by_moment, key=lambda m: sum(by_moment[m].values())) if len(by_moment) > 1 else None
+        mark = "  <- peak" if phase == peak_phase else ""
+        lines.append(f"{indent}{phase:<14} {size(terms['total']):>12}  "
+                     f"({f'at {at}: ' if at else ''}{parts or 'nothing'}){mark}")
+    return lines
+
+
+def format_stage(stage: StagePrediction, gpu_memory: int) -> list[str]:
+    """A stage the method reads (its own process): resident bytes, phases, peak, fits."""
+    title = {"reward_model": "reward-model stage (TRL RewardTrainer, micro-batches of train.micro_batch_size pairs)",
+             "sample_pool": "sample-pool stage (the frozen starting policy generating the pool)"}[stage.stage]
+    lines = [f"{title}: resident {size(stage.resident_bytes)} (static {size(stage.static_bytes)})"]
+    lines += format_phases(stage.phases, stage.moments, stage.peak_phase)
+    line = (f"  peak {size(stage.peak_bytes)} in {stage.peak_phase}; with the CUDA context "
+            f"{size(stage.device_peak_bytes)}; GPU {size(gpu_memory)}: {'fits' if stage.fits else 'does NOT fit'}")
+    if stage.max_micro_batch is not None:
+        line += f"; largest micro-batch that fits: {stage.max_micro_batch or 'none'} pairs"
+    return [*lines, line]
 
 
 def format_gpu_counts(p: Prediction, why: str) -> list[str]:
@@ -298,6 +346,12 @@ def format_gpu_counts(p: Prediction, why: str) -> list[str]:
             if memory.host_bytes:
                 answer += f"; host memory {size(memory.host_bytes)} over all ranks"
         lines.append(f"  {LAYOUT_LABELS[name]:<{width}}  {answer}")
+    for name, w in p.what_if.items():
+        memory = w["memory"]
+        answer = (f"{w['gpus']:>4}   peak {size(memory.peak_bytes)} in {memory.peak_phase}" if memory
+                  else f"never (not within {MAX_GPUS} GPUs)")
+        lines.append(f"  {'what-if ' + LAYOUT_LABELS['zero3']:<{width}}  {answer}")
+        lines.append(f"    ({w['label']})")
     return lines
 
 
@@ -318,6 +372,9 @@ def format_layout(m: LayoutMemory, gpu_memory: int) -> list[str]:
     for phase, terms in m.phases.items():
         mark = "  <- peak" if phase == m.peak_phase else ""
         lines.append(f"  {phase:<14} +{size(terms['total'])}{mark}")
+    outside = sum((m.outside_allocator or {}).values())
+    if outside:
+        lines.append(f"  outside the allocator: {size(outside)} (CUDA context, NCCL buffers)")
     lines.append(f"  peak per GPU {size(m.peak_bytes)} in {m.peak_phase}; GPU {size(gpu_memory)}: "
                  f"{'fits' if m.fits else 'does NOT fit'}; largest micro-batch that fits: "
                  f"{m.max_micro_batch or 'none'}")

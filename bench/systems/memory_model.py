@@ -1,94 +1,119 @@
-"""The analytical memory model: what PPO, GRPO and DPO hold on one GPU, from a model's shape alone.
+"""The analytical memory model: what PPO, GRPO and DPO (and the stages they read) hold on a GPU, from a model's
+shape alone.
 
 Pure Python (no torch, no transformers): ``bench estimate`` answers in well under a second and the report can
-set predictions beside measurements anywhere. All sizes are bytes.
+set predictions beside measurements anywhere. All sizes are bytes. The pieces: :mod:`bench.systems.memory_terms`
+(shapes, settings, bytes per network, activations, the KV cache, TRL's fused head, layouts),
+:mod:`bench.systems.memory_phases` (each implementation's phases), :mod:`bench.systems.memory_layouts` (several
+GPUs), :mod:`bench.systems.memory_stages` (the sample pool and the reward model); this module makes the prediction.
 
-Two kinds of terms:
+**Static terms, exact** (checked against ``bench.telemetry.accounting`` on real modules in
+tests/test_memory_model.py): per network, weights, gradients and AdamW state under the precision policy
+(``bench.model.precision``): trained networks (actor, critic) are stored in float32 — those ARE the master weights,
+there is no second copy — with float32 gradients and two float32 moments plus a 4-byte ``step`` tensor per
+parameter tensor; frozen networks (reference, reward model) are stored in the spec's dtype. The critic is the
+backbone without the LM head plus a float32 value head (hidden -> 1, with bias; float32 in one process and under
+DDP alike); the reward model is the backbone plus a ``score`` row (hidden -> 1, no bias). With LoRA (peft
+``all-linear``: every linear layer but the LM head, r x (in + out) each) only the adapters are trained; the frozen
+base is stored in the spec's dtype (bf16 under ``model.dtype: bfloat16``), the adapters in float32 (peft upcasts
+them), and the reference is the actor's base with adapters off (no bytes of its own). PPO's critic gets its own
+adapters on its own frozen backbone and a trained value head (``lora_critic``), or is trained in full.
 
-- **Static, exact** (checked against ``bench.telemetry.accounting`` on real modules in tests/test_memory_model.py):
-  per network, weights, gradients and AdamW state under the precision policy (``bench.model.precision``): trained
-  networks (actor, critic) are stored in float32 — those ARE the master weights, there is no second copy — with
-  float32 gradients and two float32 moments plus a 4-byte ``step`` tensor per parameter tensor; frozen networks
-  (reference, reward model) are stored in the spec's dtype. The critic is the backbone without the LM head plus a
-  float32 value head (hidden -> 1, with bias); the reward model is the backbone plus a ``score`` row (hidden -> 1,
-  no bias). With LoRA (peft ``all-linear``: every linear layer but the LM head, r x (in + out) each) only the
-  adapters are trained and the reference is the actor's base with adapters off (no bytes of its own). The base of
-  a trained network keeps the trained storage (float32: the suite loads the policy and the critic that way); PPO's
-  critic gets its own adapters on its own frozen backbone and a trained value head (``lora_critic``), or is
-  trained in full.
-- **Per-phase, approximate**: what a step adds on top of the static terms, in each phase the telemetry names
-  (generation, reward, reference, critic, update):
+**Resident between steps**: the static total, less TRL's gradients: the Trainer frees them after each optimizer step
+(``zero_grad(set_to_none=True)``), so for TRL's methods they are a term of the update and the optimizer step only;
+the suite's engine keeps them (it zeroes them at the start of the update) and so does DeepSpeed. Every phase adds
+to this; no phase or term is negative.
 
-  * bf16 working copies of trained weights: under bf16 autocast, ``torch.autocast`` caches a bf16 cast of every
-    float32 leaf weight that requires grad a matmul uses (2 bytes x linear weights, LM head included) for the
-    whole autocast region — a forward — whether or not gradients are on. A frozen weight (a LoRA base) is cast
-    anew at every use and the cast freed, unless the matmul saves it for backward: in the update every frozen
-    linear of a LoRA network whose input needs a gradient keeps its bf16 cast (all of them without gradient
-    checkpointing; one layer's and the LM head's with it: ``frozen_weight_casts``). Generation differs by engine
-    (``generation_weight_casts``): the suite's engine samples with the cache off, so only the one weight being
-    multiplied has a transient bf16 cast (the largest: 2 x the LM head); TRL's trainers run each decoding forward
-    in its own cached autocast region (accelerate wraps ``forward``), so the whole copy is there at its end.
-  * activations saved for backward per micro-batch, per token per layer (Korthikanti et al. 2022,
-    "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198, section 4: count the
-    tensors each op saves for its backward pass), adapted to the Hugging Face Llama / Qwen2 layer as the suite
-    runs it: RMSNorm computes in float32 and saves its input and normalised output (4 x r x h for two norms,
-    r = 4: the residual stream is float32 because trained weights are); under autocast every linear saves its
-    own bf16 cast of its input (q, k, v, gate, up: 5 x a x h; in float32 the two norm outputs, 2 x r x h);
-    attention saves q and the K/V repeated to every query head (HF repeats K/V when a padding mask is passed),
-    its output, and a float32 logsumexp per head (4 x a x hq + 4 x heads; a fused SDPA kernel, so no s x s
-    scores — Korthikanti's 5as/h term is gone); the SwiGLU MLP saves gate, SiLU(gate), up and their product
-    (4 x a x I); no dropout (the suite disables it). a = 2 under bf16 autocast, 4 in float32. With gradient
-    checkpointing (HF wraps each decoder layer) only each layer's input is kept (r x h per token per layer), and
-    one layer's full set is rebuilt during the backward pass (Korthikanti's "full recomputation", 2sbhL).
-    Transient gradient buffers, allocator fragmentation and the CUDA context are not modelled.
-  * KV cache during generation: layers x kv_heads x head_dim x (4 + a) bytes per token (K is float32: RoPE
-    promotes it to the fp32 residual's dtype; V is the projection's a bytes), for every
-    sequence of the rollout (prompts_per_step x G, prompt + completion tokens), plus float32 next-token logits
-    (logits, processed scores, probabilities: 3 x 4 x V per sequence) and the prefill's working set of one layer.
-  * logits per micro-batch (`logit_bytes`): V x tokens x a for the LM head's output, its gradient in the
-    update, and the float32 upcast for log-softmax where an implementation makes one (one sequence at a time in
-    the suite's engine; TRL's GRPO takes a row-by-row log-softmax in the compute dtype; TRL's DPO a fused,
-    tiled LM head). Online methods score only the completion positions (``logits_to_keep``).
+**Per phase, approximate** (each term tested against a CPU measurement of the tensors it predicts, through torch's
+profiler: tests/memory_probe.py). A phase passes through *moments* whose tensors do not coexist; the phase is its
+largest moment and the prediction lists every moment (``moments``):
 
-  * the optimizer step (``optimizer_step``; the telemetry counts it in ``update``): torch's AdamW defaults to its
-    foreach implementation on GPU, which holds one parameter-sized float32 buffer for the whole optimizer while it
-    steps (measured on CPU with foreach=True: +1.00 x the parameter bytes at the step's peak).
+* bf16 weight casts: under bf16 autocast ``torch.autocast`` caches a bf16 cast of every float32 leaf weight that
+  requires grad a matmul uses, for the whole autocast region — one forward: the engine and accelerate make each
+  forward its own region, so the cache is freed when the forward returns, before the next network's forward and
+  before the backward pass. What survives is what the matmuls saved for backward: without gradient checkpointing
+  every cast (a linear saves its weight's cast for its input's gradient), with it only the LM head's — the decoder
+  layers run their first forward saving nothing and are rebuilt, casts included, one at a time in the backward
+  pass. So with checkpointing the actor's and the critic's casts never coexist. Trained weights only: a bf16 base
+  (LoRA) or frozen network needs no cast. Generation: the suite's engine samples with the cache off, so one
+  transient cast (the largest linear, the LM head) is alive; TRL's trainers keep the cache within each decoding
+  forward (the whole copy at its end). TRL 1.16's fused LM head casts its weight chunk by chunk, never cached.
+* activations saved for backward per micro-batch, per token per layer (Korthikanti et al. 2022, "Reducing
+  Activation Recomputation in Large Transformer Models", arXiv:2205.05198, section 4: count the tensors each op
+  saves for its backward pass), adapted to the Hugging Face Llama / Qwen2 layer as the suite runs it: each RMSNorm
+  saves its float32 input (or float32 copy of a bf16 input) and, with a trained weight, its normalised input in the
+  residual dtype (float32 when trained weights are float32, bf16 for a bf16 base); under autocast over a float32
+  residual every linear saves its own bf16 cast of its input (q, k, v, gate, up: 5 x a x h), otherwise the two
+  norm outputs are shared; attention saves q and the K/V repeated to every query head (HF repeats K/V when a
+  padding mask is passed), its output, and a float32 logsumexp per head (4 x a x hq + 4 x heads; a fused SDPA
+  kernel, so no s x s scores — Korthikanti's 5as/h term is gone); the SwiGLU MLP saves gate, SiLU(gate), up and
+  their product (4 x a x I); each LoRA adapter its rank-wide A output; no dropout (the suite disables it). a = 2
+  under bf16 autocast, 4 in float32. With gradient checkpointing (HF wraps each decoder layer) only each layer's
+  input is kept (residual bytes x h per token per layer), and one layer's full set is rebuilt during the backward
+  pass (Korthikanti's "full recomputation", 2sbhL), beside that layer's transient weight gradient.
+* logits: the suite's engine materialises the LM head's output over the last T + 1 positions (a bytes, kept for
+  the backward pass) and its gradient, and takes log-probs and entropies one sequence at a time in float32
+  (``rl_math``): 2 float32 chunks in the log-prob forward, 3 in the entropy pass, 4 in the log-prob backward on
+  top of the logits' gradient (all measured). TRL 1.16's GRPO and DPO use the fused, chunked LM head
+  (``trl/kernels/chunked_logprob.py``, added by ``add_fused_lm_head`` at trainer construction): the logits never
+  exist; it keeps its own copy of the scored positions' hidden states, one tile of logits (4,096 tokens x 32,768
+  entries), and in the backward pass float32 accumulators for the hidden states' gradient and the whole LM head's
+  gradient (the fp32 LM-head gradient buffer, vocabulary x hidden x 4). Weight gradients: a trained linear's bf16
+  gradient and the float32 copy autocast's cast hands to the accumulator (6 bytes an element, largest for the LM
+  head); the embedding's dense float32 gradient.
+* KV cache during generation: layers x kv_heads x head_dim x (k + a) bytes per token, modelled as measured on the
+  HF cache: K is float32 under autocast over the fp32-stored actor (RoPE's cos/sin take the residual stream's
+  dtype and promote it), V is the projection's a bytes; both bf16 for a bf16 network. For every sequence of the
+  generate call (prompt + completion tokens), plus float32 next-token logits (logits, processed scores,
+  probabilities: 3 x 4 x V per sequence) and the prefill's working set of one layer.
+* the optimizer step: torch's fused AdamW on CUDA updates in place (no parameter-sized temporary; measured on
+  CPU, where fused AdamW also exists); on the CPU the foreach implementation holds one parameter-sized float32
+  buffer for the whole optimizer while it steps (+1.00 x the parameter bytes, measured).
+* evaluation (``eval.enabled``): the worker's greedy evaluation of the trained policy, every network and optimizer
+  still resident: a generate call of ``eval.batch_size`` prompts (KV cache, logits, prefill, one transient cast).
 
-The peak is the static total plus the largest phase. The suite's engine keeps gradients from one step to the next
-(it zeroes them at the start of the update), so they count in every phase; TRL's Trainer frees them after each
-optimizer step, so for TRL methods every phase but the update carries a negative ``gradients_freed`` term.
+**Stages** (:mod:`bench.systems.memory_stages`, their own processes): the sample pool (the frozen starting policy
+generating ``sample_pool.batch_size`` x ``samples_per_prompt`` completions per call) and the reward model (TRL's
+RewardTrainer: a float32 sequence classifier trained on micro-batches of ``train.micro_batch_size`` pairs with
+gradient checkpointing and accumulation; its held-out accuracy in float32, 64 pairs a forward).
+
+**Outside PyTorch's allocator** (``outside_allocator``): the CUDA context (about 0.5 GiB) and, with several GPUs,
+NCCL's buffers (about 0.5 GiB): nvml-process sees them, cuda-allocated does not. ``peak_bytes`` is the allocator's
+peak (compare with cuda-allocated); ``device_peak_bytes`` adds these, and ``fits`` asks whether that fits the GPU.
 
 **Several GPUs** (``Layout``, ``layout_memory``; Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
 Training Trillion Parameter Models", arXiv:1910.02054, section 5). Every layout splits the rollout
 (prompts x G; DPO's pairs) over the N GPUs, each running micro-batches of the same size on its share:
 
-- ``dp``, plain data parallelism (DDP): every GPU holds every network as on one GPU (the precision policy above).
+- ``dp``, plain data parallelism (DDP): every GPU holds every network as on one GPU (the precision policy above),
+  plus DDP's bucket copy of the gradients (``gradient_as_bucket_view`` off, in the engine's DDP and accelerate's).
 - ``zero1`` / ``zero2`` / ``zero3``, TRL's trainers (grpo, dpo): DeepSpeed's mixed precision, which is how
   accelerate hands TRL's trained network to DeepSpeed: under bf16 the module is cast to bf16 (2 bytes a parameter,
-  no autocast casts), its gradients are bf16, and the float32 master weights (4 bytes a trained parameter) live
-  with AdamW's moments in the optimizer's partition — 16 bytes a trained parameter, as on one GPU. ZeRO-1 shards
-  the optimizer state and the master weights over the N GPUs, ZeRO-2 the gradients too, ZeRO-3 the weights too,
-  and then gathers the weights of the module it computes in (one decoder layer, or the embedding / LM head) plus
-  the next one prefetched: 2 x the largest module (``gathered_weights``). Frozen networks (reference, reward model)
-  are replicated below ZeRO-3 and sharded under it (TRL's ``prepare_deepspeed`` runs them in a stage-0 engine below
-  stage 3). DeepSpeed keeps its gradient partitions between steps (no ``gradients_freed``), and the optimizer's
-  foreach buffer is the size of this GPU's partition. TRL's GRPO gathers the whole policy on every GPU to
-  generate under ZeRO-3 (``ds3_gather_for_generation``, default true): a generation term of the full bf16 actor.
+  no autocast casts, a bf16 residual), its gradients are bf16, and the float32 master weights (4 bytes a trained
+  parameter) live with AdamW's moments in the optimizer's partition — 16 bytes a trained parameter, as on one
+  GPU. ZeRO-1 shards the optimizer state and the master weights over the N GPUs, ZeRO-2 the gradients too, ZeRO-3
+  the weights too, and then gathers the weights of the module it computes in (one decoder layer, or the
+  embedding / LM head) plus the next one prefetched: 2 x the largest module (``gathered_weights``). Frozen networks
+  (reference, reward model) are replicated below ZeRO-3 and sharded under it (TRL's ``prepare_deepspeed`` runs them
+  in a stage-0 engine below stage 3). DeepSpeed keeps its gradient partitions between steps. TRL's GRPO gathers
+  the whole policy on every GPU to generate under ZeRO-3 (``ds3_gather_for_generation``, default true): a
+  generation term of the full bf16 actor.
 - ``zero1`` / ``zero2`` / ``zero3``, the suite's engine (ENGINE_METHODS; baselines.rollout_engine under
   ``bench.config.launcher.engine_zero``): the actor and PPO's critic, each with its torch AdamW, go through
-  ``deepspeed.initialize`` with no bf16 section, so the modules stay float32 (4 bytes a parameter) and their
-  gradients are float32; the suite's bf16 autocast runs the forwards, so the autocast casts are those of one GPU
-  (working copies, the engine's one transient cast in generation, a LoRA base's saved casts). DeepSpeed still
-  clones this GPU's partition of the trained weights into a float32 master copy for the optimizer (ZeRO-1/2's
-  ``single_partition_of_fp32_groups``, ZeRO-3's ``fp32_partitioned_groups_flat``: ``.clone().float()``, a copy
-  even of float32 weights), so a trained parameter costs 4 (weights) + 4 (gradients) + 4 (master) + 8 (moments)
-  = 20 bytes in all, of which ZeRO-1 shards the master and the moments, ZeRO-2 the gradients too, ZeRO-3 the
-  weights too (a LoRA network's frozen base included: ZeRO-3 partitions every parameter of the module it is
-  given), with 2 x the largest module gathered in float32. The reference and the reward model stay whole on
-  every rank at every stage (the engine does not hand them to DeepSpeed). Under ZeRO-3 the engine generates
-  inside ``deepspeed.zero.GatheredParameters`` of the whole actor: a generation term of the full float32 actor
-  (``gathered_actor``; the gather allocates whole tensors beside this GPU's shard, which it keeps). Under stage 0
-  the engine runs DDP: ``dp``.
+  ``deepspeed.initialize`` with no bf16 section, so the modules keep their storage (float32; a LoRA base bf16) and
+  their gradients are float32; the suite's bf16 autocast runs the forwards, so the autocast casts are those of one
+  GPU. DeepSpeed still clones this GPU's partition of the trained weights into a float32 master copy for the
+  optimizer (ZeRO-1/2's ``single_partition_of_fp32_groups``, ZeRO-3's ``fp32_partitioned_groups_flat``:
+  ``.clone().float()``, a copy even of float32 weights), so a trained parameter costs 4 (weights) + 4 (gradients)
+  + 4 (master) + 8 (moments) = 20 bytes in all, of which ZeRO-1 shards the master and the moments, ZeRO-2 the
+  gradients too, ZeRO-3 the weights too, with 2 x the largest module gathered in float32. The design note stands:
+  the reference and the reward model stay whole on every rank at every stage (the engine does not hand them to
+  DeepSpeed), and under ZeRO-3 the engine generates inside ``deepspeed.zero.GatheredParameters`` of the whole
+  actor: a generation term of the full float32 actor (``gathered_actor``). Under stage 0 the engine runs DDP.
+- ``zero3_what_if`` (engine methods only, labelled a what-if, not what the engine does): the alternative verl and
+  OpenRLHF use — the frozen networks sharded under ZeRO-3 like the trained ones (or run as DeepSpeed inference
+  engines) and generation from a bf16 gather of the actor (a bf16 residual and K cache, nothing to cast).
+  ``bench estimate`` shows its GPU count beside the engine's.
 - ``zero3_offload``: ZeRO-3 with the optimizer (master weights, moments, a float32 gradient partition) and the
   weights offloaded to CPU memory (``offload_optimizer`` / ``offload_param``: cpu). The GPU keeps the gathered
   modules and the per-phase terms; the offloaded bytes are reported as host memory, summed over the ranks. The
@@ -96,9 +121,9 @@ Training Trillion Parameter Models", arXiv:1910.02054, section 5). Every layout 
   host bytes) and its frozen networks whole on the GPU. ``Layout`` also takes optimizer offload alone (ZeRO-1
   to 3).
 
-The per-phase terms keep the suite's policy (float32 residual stream, float32 K cache) under DeepSpeed too: what
-the suite's engine runs, an upper bound for TRL's bf16 modules. DeepSpeed's communication buckets (the gradient
-reduce bucket, ZeRO-3's prefetch bucket and small persistent parameters) and the CUDA context are not modelled.
+The per-phase terms keep the suite's policy (float32 residual stream, float32 K cache) under DeepSpeed for the
+engine's float32 modules. DeepSpeed's own communication buckets (the gradient reduce bucket, ZeRO-3's prefetch
+bucket and small persistent parameters) and the allocator's cache and fragmentation are not modelled.
 """
 
 from __future__ import annotations
@@ -106,18 +131,20 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
-from bench.systems.memory_terms import (ENGINE_METHODS, GIB, METHOD_ROLES, NetworkMemory, Settings, Shape,
-                                        network_memory, roles_for)
-from bench.systems.memory_phases import peak_of, phase_terms, update_activations
+
 from bench.systems.memory_layouts import LayoutMemory, layout_memory
-from bench.systems.memory_terms import LAYOUTS, Layout
+from bench.systems.memory_phases import update_activations
+from bench.systems.memory_stages import StagePrediction, stages_for
+from bench.systems.memory_terms import (ENGINE_METHODS, GIB, LAYOUTS, METHOD_ROLES, Layout, NetworkMemory, Settings,
+                                        Shape, network_memory, roles_for)
 
 MAX_GPUS = 4096
 """Largest GPU count searched for the data-parallel and ZeRO-3 answers."""
 
-
-# ----------------------------------------------------------------------------------------------
-# Shapes
+WHAT_IF = "zero3_what_if"
+"""The engine's what-if layout (``Layout.what_if_engine``): frozen networks sharded, generation gathered in bf16."""
+WHAT_IF_LABEL = ("what-if, not what the engine does: ZeRO-3 with the reference and reward model sharded too and "
+                 "generation from a bf16 gather of the actor (verl / OpenRLHF)")
 
 
 @dataclass
@@ -130,16 +157,27 @@ class Prediction:
     settings: Settings
     networks: dict[str, NetworkMemory]
     static_bytes: int
+    """The static accounting: weights, gradients and AdamW state of every resident network (exact)."""
+    resident_bytes: int
+    """What stays resident between steps: ``static_bytes`` less TRL's freed gradients."""
     phases: dict[str, dict[str, int]]
-    """phase -> {term: bytes} on top of the static total; each has a 'total'."""
+    """phase -> {term: bytes} on top of ``resident_bytes`` (the phase's largest moment); each has a 'total'."""
+    moments: dict[str, dict[str, dict[str, int]]]
+    """phase -> moment -> {term: bytes}: every moment of every phase (bench.systems.memory_phases)."""
     activations_bytes: dict[str, int]
     """Saved activations of the trained networks per micro-batch: {'checkpointing', 'no_checkpointing'}."""
     kv_cache_bytes: int
     logits_bytes: int
-    """Logit memory of one update micro-batch (output, its gradient, the fp32 log-softmax upcast)."""
+    """Logit memory of one update micro-batch at its largest (the engine's logits, their gradient and float32
+    chunks; TRL's fused-head tiles and float32 gradient buffers)."""
     peak_bytes: int
+    """The allocator's peak: resident + the largest phase (compare with cuda-allocated)."""
     peak_phase: str
+    peak_moment: str
+    outside_allocator: dict[str, int]
+    """Device memory outside PyTorch's allocator: the CUDA context (and NCCL's buffers on several GPUs)."""
     fits: bool
+    """``device_peak_bytes`` fits ``settings.gpu_memory_bytes``."""
     max_micro_batch: int
     """Largest micro-batch (sequences; DPO pairs) whose peak fits gpu_memory (0: none)."""
     gpus_data_parallel: int | None
@@ -153,35 +191,48 @@ class Prediction:
     """Layout name -> its per-GPU memory at that fewest count (None where it never fits)."""
     layout: "LayoutMemory | None" = None
     """The layout asked for (``predict(..., layout=Layout(...))``), or None."""
+    stages: dict[str, StagePrediction] = field(default_factory=dict)
+    """The stages the method reads (sample_pool, reward_model), each predicted on one GPU."""
+    what_if: dict[str, Any] = field(default_factory=dict)
+    """Engine methods: {WHAT_IF: {'label', 'gpus', 'memory'}}, the sharded-frozen, bf16-gather alternative."""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def device_peak_bytes(self) -> int:
+        """The peak plus what the allocator does not see: what the GPU must hold."""
+        return self.peak_bytes + sum(self.outside_allocator.values())
 
     def to_json(self) -> dict[str, Any]:
         """Plain data: what `bench estimate --json` prints and a sweep stores beside each measurement."""
         return {
             "method": self.method, "model": self.model, "parameters": self.parameters,
             "settings": asdict(self.settings),
-            "static_bytes": self.static_bytes, "peak_bytes": self.peak_bytes, "peak_phase": self.peak_phase,
+            "static_bytes": self.static_bytes, "resident_bytes": self.resident_bytes, "peak_bytes": self.peak_bytes,
+            "peak_phase": self.peak_phase, "peak_moment": self.peak_moment,
             "peak_telemetry_phase": "update" if self.peak_phase == "optimizer_step" else self.peak_phase,
+            "outside_allocator": self.outside_allocator, "device_peak_bytes": self.device_peak_bytes,
             "gpu_memory_bytes": self.settings.gpu_memory_bytes, "fits": self.fits,
             "max_micro_batch": self.max_micro_batch, "gpus_data_parallel": self.gpus_data_parallel,
             "gpus_zero3": self.gpus_zero3, "gpus": self.gpus,
             "gpus_memory": {k: (m.to_json() if m else None) for k, m in self.gpus_memory.items()},
             "layout": self.layout.to_json() if self.layout else None,
             "networks": {role: {**asdict(n), "static_bytes": n.static_bytes} for role, n in self.networks.items()},
-            "phases": self.phases, "activations_bytes": self.activations_bytes,
-            "kv_cache_bytes": self.kv_cache_bytes, "logits_bytes": self.logits_bytes, "notes": self.notes,
+            "phases": self.phases, "moments": self.moments, "activations_bytes": self.activations_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes, "logits_bytes": self.logits_bytes,
+            "stages": {name: stage.to_json() for name, stage in self.stages.items()},
+            "what_if": {name: {"label": w["label"], "gpus": w["gpus"],
+                               "memory": w["memory"].to_json() if w["memory"] else None}
+                        for name, w in self.what_if.items()},
+            "notes": self.notes,
         }
-
-
-# ----------------------------------------------------------------------------------------------
-# Static terms (exact)
 
 
 def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | None = None,
             model: str = "custom", layout: Layout | None = None) -> Prediction:
     """Static bytes per network (exact), per-phase bytes, the peak and its phase on one GPU, what fits
     ``settings``'s GPU, the fewest GPUs of that size in every layout (LAYOUTS) and, when ``layout`` is given, the
-    per-GPU memory and largest micro-batch there.
+    per-GPU memory and largest micro-batch there; the stages the method reads; for the engine's methods the
+    ZeRO-3 what-if.
 
     ``shape``: a Shape or config.json shape fields; ``method``: a key of METHOD_ROLES (ValueError otherwise).
     """
@@ -190,20 +241,26 @@ def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | Non
     roles = roles_for(method, s)
     nets = {role: network_memory(sh, role, s) for role in roles}
     static = sum(n.static_bytes for n in nets.values())
-    phases = phase_terms(sh, method, s, nets)
-    peak, peak_phase = peak_of(static, phases)
+    one = layout_memory(sh, method, s, Layout())
     mb = s.micro_sequences(method)
-    acts = {"checkpointing": update_activations(sh, method, s, roles, mb, True),
-            "no_checkpointing": update_activations(sh, method, s, roles, mb, False)}
-    kv = phases.get("generation", {}).get("kv_cache", 0)
+    acts = {"checkpointing": update_activations(sh, method, s, nets, mb, True),
+            "no_checkpointing": update_activations(sh, method, s, nets, mb, False)}
+    kv = one.phases.get("generation", {}).get("kv_cache", 0)
+    logits = max((sum(v for k, v in terms.items() if "logit" in k or "fused_head" in k)
+                  for terms in one.moments["update"].values()), default=0)
     gpus = {name: gpus_for_layout(sh, method, s, name) for name in LAYOUTS}
     at_count = {name: layout_memory(sh, method, s, Layout.named(name, n)) if n else None for name, n in gpus.items()}
     asked = None
     if layout is not None:
         asked = layout_memory(sh, method, s, layout)
         asked.max_micro_batch = max_micro_batch(sh, method, s, layout)
-    notes = ["static terms exact; per-phase terms approximate (no allocator cache, CUDA context or fragmentation)"]
+    what_if: dict[str, Any] = {}
+    notes = ["static terms exact; per-phase terms approximate (no allocator cache or fragmentation; the CUDA context "
+             "and NCCL buffers as their own terms)"]
     if method in ENGINE_METHODS:
+        count = gpus_for_layout(sh, method, s, WHAT_IF)
+        what_if[WHAT_IF] = {"label": WHAT_IF_LABEL, "gpus": count,
+                            "memory": layout_memory(sh, method, s, Layout.named(WHAT_IF, count)) if count else None}
         notes.append("ZeRO layouts: the suite's engine under DeepSpeed (fp32 actor and critic modules under its own "
                      "bf16 autocast, DeepSpeed's fp32 master partition; reference and reward model whole on every "
                      "GPU; ZeRO-3 generates inside a gather of the whole fp32 actor); communication buckets not "
@@ -216,10 +273,12 @@ def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | Non
                      "(ds3_gather_for_generation=false avoids it, generating slower)")
     return Prediction(
         method=method, model=model, parameters=sh.parameters(), settings=s, networks=nets, static_bytes=static,
-        phases=phases, activations_bytes=acts, kv_cache_bytes=kv, logits_bytes=phases["update"]["logits"],
-        peak_bytes=peak, peak_phase=peak_phase, fits=peak <= s.gpu_memory_bytes,
+        resident_bytes=one.static["total"], phases=one.phases, moments=one.moments, activations_bytes=acts,
+        kv_cache_bytes=kv, logits_bytes=logits, peak_bytes=one.peak_bytes, peak_phase=one.peak_phase,
+        peak_moment=one.peak_moment, outside_allocator=one.outside_allocator or {}, fits=one.fits,
         max_micro_batch=max_micro_batch(sh, method, s), gpus_data_parallel=gpus["dp"],
-        gpus_zero3=gpus["zero3"], gpus=gpus, gpus_memory=at_count, layout=asked, notes=notes)
+        gpus_zero3=gpus["zero3"], gpus=gpus, gpus_memory=at_count, layout=asked,
+        stages=stages_for(sh, method, s), what_if=what_if, notes=notes)
 
 
 def max_micro_batch(shape: Shape, method: str, s: Settings, layout: Layout | None = None) -> int:
@@ -232,7 +291,7 @@ def max_micro_batch(shape: Shape, method: str, s: Settings, layout: Layout | Non
     lo, hi = 1, limit  # the peak grows with the micro-batch: binary search
     while lo <= hi:
         mid = (lo + hi) // 2
-        if layout_memory(shape, method, replace(s, micro_batch_size=mid), layout).peak_bytes <= s.gpu_memory_bytes:
+        if layout_memory(shape, method, replace(s, micro_batch_size=mid), layout).fits:
             best, lo = mid, mid + 1
         else:
             hi = mid - 1
@@ -240,10 +299,10 @@ def max_micro_batch(shape: Shape, method: str, s: Settings, layout: Layout | Non
 
 
 def gpus_for_layout(shape: Shape, method: str, s: Settings, name: str) -> int | None:
-    """Fewest GPUs on which ``method`` fits in layout ``name`` (LAYOUTS); None when none up to MAX_GPUS does (plain
-    DP stops at one sequence per GPU: past that nothing shrinks)."""
+    """Fewest GPUs on which ``method`` fits in layout ``name`` (LAYOUTS, or WHAT_IF); None when none up to MAX_GPUS
+    does (plain DP stops at one sequence per GPU: past that nothing shrinks)."""
     most = s.sequences_per_step(method) if name == "dp" else MAX_GPUS
-    return _smallest_count(lambda n: layout_memory(shape, method, s, Layout.named(name, n)).peak_bytes,
+    return _smallest_count(lambda n: layout_memory(shape, method, s, Layout.named(name, n)).device_peak_bytes,
                            s.gpu_memory_bytes, most)
 
 
@@ -290,7 +349,11 @@ def settings_from_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB,
                     completion_tokens=spec.generation.max_new_tokens, group_size=t.group_size,
                     prompts_per_step=t.prompts_per_step, gradient_checkpointing=t.gradient_checkpointing,
                     lora_rank=t.lora.r if t.lora.enabled else 0, kl_beta=t.kl_beta if own is None else own,
-                    lora_critic=t.lora.critic, gpu_memory_bytes=gpu_memory_bytes)
+                    lora_critic=t.lora.critic, device="cpu" if spec.device == "cpu" else "cuda",
+                    reward_model_pairs=spec.reward_model.batch_size, pool_batch_size=spec.sample_pool.batch_size,
+                    pool_samples=spec.sample_pool.samples_per_prompt, evaluation=spec.eval.enabled,
+                    eval_batch_size=spec.eval.batch_size, eval_completion_tokens=spec.eval.max_new_tokens,
+                    gpu_memory_bytes=gpu_memory_bytes)
 
 
 def shape_fields_from_spec(spec: Any) -> tuple[str, dict[str, Any]]:

@@ -1,137 +1,412 @@
 """The memory model's per-implementation terms: what each phase of a step (generation, reward, reference, critic,
-update) adds on top of the static terms, as the suite's engine and TRL's trainers run it (weight casts under
-autocast, saved activations, logits, the KV cache, the optimizer step), and the peak over the phases. The
-arithmetic is :mod:`bench.systems.memory_terms`; the model as a whole is described in
-:mod:`bench.systems.memory_model`. All sizes are bytes."""
+update, optimizer_step, evaluation) adds on top of the bytes resident between steps, as the suite's engine and TRL's
+trainers run it, and the peak over the phases. The arithmetic is :mod:`bench.systems.memory_terms`; the model as a
+whole is described in :mod:`bench.systems.memory_model`. All sizes are bytes.
+
+A phase can pass through several *moments* whose tensors do not coexist (the actor's forward, the critic's forward,
+the backward pass): each moment's terms add up, and the phase is its largest moment (``phase_moments`` keeps
+every moment, so the prediction shows which one is the peak and by how much).
+"""
 
 from __future__ import annotations
 
 import math
-from bench.systems.memory_terms import (Layout, DTYPE_BYTES, ENGINE_METHODS, NetworkMemory, Settings, Shape, TRAINED_ROLES,
-                                        activation_bytes, forward_working_bytes, kv_cache_bytes, logit_bytes)
+from dataclasses import dataclass
+
+from bench.systems.memory_terms import (DTYPE_BYTES, ENGINE_METHODS, Layout, NetworkMemory, Settings, Shape,
+                                        activation_bytes, activation_bytes_per_token_layer, final_norm_bytes,
+                                        forward_working_bytes, fused_head_bytes, kv_cache_bytes)
+
+MIB = 2 ** 20
+
+CUDA_CONTEXT_BYTES = 512 * MIB
+"""The CUDA context of one process (driver state, kernels of torch and its libraries, cuBLAS workspaces): about
+0.4-0.6 GiB on a Hopper GPU with CUDA 12's lazy module loading. Outside PyTorch's allocator: nvml-process counts
+it, cuda-allocated does not. Approximate."""
+
+NCCL_BYTES = 512 * MIB
+"""NCCL's buffers per process of a multi-GPU run (its send/receive buffers, NCCL_BUFFSIZE x channels x peers x
+protocols, allocated by NCCL itself outside PyTorch's allocator; NVLink SHARP can add more). Order of magnitude."""
+
+ENTROPY_CHUNKS = 3
+"""float32 copies of one sequence's logits alive at once in ``rl_math.entropy_from_logits`` (the logits, their
+softmax and the product), measured on CPU in tests/test_memory_model.py (2 when the logits are float32: the copy
+is the tensor itself)."""
+LOGPROB_CHUNKS = 2
+"""The same for ``rl_math.logprobs_from_logits``'s forward (the float32 copy and logsumexp's temporary)."""
+LOGPROB_BACKWARD_CHUNKS = 4
+"""The same for its backward (the probabilities, their negative and the chunk's gradient, with the previous
+chunk's probabilities still held by the loop), on top of the logits' gradient."""
+
+Terms = dict[str, int]
+Moments = dict[str, Terms]
 
 
 def scored_positions(method: str, s: Settings) -> int:
-    """Positions per sequence whose logits are scored: whole sequences in DPO, T + 1 online (logits_to_keep)."""
-    return s.prompt_tokens + s.completion_tokens if method == "dpo" else s.completion_tokens + 1
+    """Logit positions scored per sequence: the suite's engine keeps T + 1 (``logits_to_keep``; the last predicts
+    nothing); TRL's fused head scores the labelled completion tokens only (T; DPO: the pair's completion)."""
+    return s.completion_tokens + 1 if method in ENGINE_METHODS else s.completion_tokens
 
 
-def update_activations(shape: Shape, method: str, s: Settings, roles: tuple[str, ...], sequences: int,
+@dataclass(frozen=True)
+class TrainedNet:
+    """How one trained network computes under the settings: what its forward caches and saves."""
+
+    casts: int
+    """Bytes autocast caches during one of its forwards (bf16 casts of its float32 weights that require grad)."""
+    layer_casts: int
+    """One decoder layer's share of ``casts`` (cast again when checkpointing rebuilds the layer)."""
+    per_layer: int
+    """Bytes one token saves in one decoder layer (``activation_bytes_per_token_layer``)."""
+    residual: int
+    norms_trained: bool
+    layer_weight_gradient: int
+    """The largest transient of a decoder weight's gradient in the backward pass: its bf16 gradient and the float32
+    copy autocast's cast hands to the accumulator (6 bytes an element under autocast; 4 in float32; 2 for bf16
+    modules), for the largest linear of a layer; 0 for a LoRA network (its adapters' gradients are small)."""
+    embedding_gradient: int
+    """The embedding's dense float32 gradient (vocabulary x hidden x 4; 0 when frozen)."""
+
+
+def trained_net(shape: Shape, s: Settings, net: NetworkMemory, bf16_modules: bool = False,
+                lm_head_cast: bool = True) -> TrainedNet:
+    """``net``'s compute facts; ``bf16_modules``: DeepSpeed's bf16 module (no autocast casts, a bf16 residual);
+    ``lm_head_cast``: the actor's LM head is cast by autocast (the engine) rather than chunk by chunk (TRL's fused
+    head, which autocast never caches)."""
+    compute = s.compute
+    autocast = compute != "float32" and not bf16_modules
+    residual = DTYPE_BYTES[s.dtype] if bf16_modules else net.residual_bytes
+    per_layer_linears = sum(n_in * n_out for n_in, n_out in shape.layer_linears())
+    if net.lora:
+        adapters = shape.lora_parameters(s.lora_rank)[0]
+        casts = 2 * adapters if autocast else 0
+        layer, layer_gradient, embedding = casts // shape.layers, 0, 0
+    else:
+        head = shape.vocab * shape.hidden if net.role == "actor" and lm_head_cast else 0
+        casts = 2 * (per_layer_linears * shape.layers + head) if autocast else 0
+        layer = 2 * per_layer_linears if autocast else 0
+        element = 6 if autocast else (2 if bf16_modules else 4)
+        layer_gradient = element * max(n_in * n_out for n_in, n_out in shape.layer_linears())
+        embedding = (2 if bf16_modules else 4) * shape.vocab * shape.hidden
+    per_layer = activation_bytes_per_token_layer(shape, compute, residual, norms_trained=not net.lora,
+                                                 lora_rank=s.lora_rank if net.lora else 0)
+    return TrainedNet(casts, layer, per_layer, residual, not net.lora, layer_gradient, embedding)
+
+
+def layers_saved(shape: Shape, t: TrainedNet, tokens: int, checkpointing: bool) -> int:
+    """What the decoder layers keep between a forward and its backward: each layer's input under checkpointing,
+    else every layer's saved set (the rebuilt layer is a moment of the backward pass: ``rebuilt_layer``)."""
+    per_token = shape.hidden * t.residual if checkpointing else t.per_layer
+    return tokens * shape.layers * per_token
+
+
+def rebuilt_layer(t: TrainedNet, tokens: int) -> int:
+    """One layer recomputed in the backward pass under checkpointing: its saved set and its weights' casts."""
+    return tokens * t.per_layer + t.layer_casts
+
+
+def update_activations(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], sequences: int,
                        checkpointing: bool) -> int:
-    """Saved activations of every trained network for one micro-batch of ``sequences`` (their heads read the
-    scored positions: the actor's LM head and the critic's value head)."""
-    compute = "float32" if s.dtype == "float32" else "bfloat16"
+    """Saved activations of every trained network for one micro-batch of ``sequences`` (reported beside the
+    phases: with checkpointing, each layer's input plus one rebuilt layer)."""
     tokens = sequences * (s.prompt_tokens + s.completion_tokens)
     head = sequences * scored_positions(method, s)
-    return sum(activation_bytes(shape, compute, tokens, checkpointing, head) for r in roles if r in TRAINED_ROLES)
+    total = 0
+    for n in nets.values():
+        if n.trained:
+            t = trained_net(shape, s, n)
+            total += activation_bytes(shape, s.compute, tokens, checkpointing, head, t.residual, t.norms_trained,
+                                      s.lora_rank if n.lora else 0)
+    return total
 
 
-def generation_weight_casts(shape: Shape, method: str, s: Settings, actor: NetworkMemory) -> int:
-    """bf16 weight casts alive at the generation peak, bytes (0 in float32).
+def generation_terms(shape: Shape, s: Settings, sequences: int, prompt: int, completion: int, residual: int,
+                     compute: str, weight_casts: int) -> Terms:
+    """One generate call of ``sequences`` sequences: the KV cache of prompt + completion tokens, the float32
+    next-token logits, processed scores and probabilities of every sequence, the prefill's one-layer working set,
+    and the bf16 weight casts alive at its peak."""
+    return {"kv_cache": kv_cache_bytes(shape, compute, sequences, prompt + completion, residual),
+            "sampling_logits": 3 * 4 * shape.vocab * sequences,
+            "prefill_working": forward_working_bytes(shape, compute, sequences * prompt),
+            "weight_casts": weight_casts}
 
-    The suite's engine samples under autocast with its weight cache off (``Engine.sample``): each fp32 weight is
-    cast when its matmul runs and freed after it, so at most one cast is alive, the largest linear (2 bytes x
-    the LM head for an LM). TRL's trainers keep the cache within each decoding forward: the actor's whole working
-    copy (``actor.working_copy_bytes``); with LoRA that is the adapters' casts, and the frozen base is cast per use
-    (one transient cast, the largest, on top).
-    """
-    if s.dtype == "float32":
+
+def transient_cast(shape: Shape, s: Settings, net: NetworkMemory) -> int:
+    """The one bf16 cast alive when a network whose float32 weights are cast per use (autocast's cache off, or a
+    weight that does not require grad) computes: the largest linear (the LM head for an LM). 0 in float32 and for
+    a bf16 base (nothing to cast but LoRA's small adapters)."""
+    if s.compute == "float32" or net.lora or net.residual_bytes != 4:
         return 0
-    largest = DTYPE_BYTES["bfloat16"] * max([n_in * n_out for n_in, n_out in shape.layer_linears()]
-                                            + [shape.vocab * shape.hidden])
-    if method in ENGINE_METHODS:
-        return largest
-    return actor.working_copy_bytes + (largest if actor.frozen_layer_linears else 0)
-
-
-def frozen_weight_casts(shape: Shape, s: Settings, nets: dict[str, NetworkMemory]) -> int:
-    """bf16 casts of frozen LoRA base weights that the update saves for backward, bytes (0 in float32).
-
-    A frozen weight's cast is not cached by autocast, but a matmul whose input needs a gradient saves it: every
-    decoder layer's without gradient checkpointing, one layer's (the one being rebuilt) with it, and the LM head.
-    Without checkpointing the first layer's q, k and v read the frozen embedding's output, which needs no gradient,
-    so their casts are not saved (with it, the suite and TRL make that output require grad; measured on CPU with
-    peft in tests/test_memory_model.py).
-    """
-    if s.dtype == "float32":
-        return 0
-    if s.gradient_checkpointing:
-        per_net = lambda n: n.frozen_layer_linears + n.frozen_head  # noqa: E731
-    else:
-        first_qkv = shape.hidden * (shape.q_width + 2 * shape.kv_width)
-        per_net = lambda n: n.frozen_layer_linears * shape.layers - first_qkv + n.frozen_head  # noqa: E731
-    return sum(2 * per_net(n) for n in nets.values() if n.trained and n.frozen_layer_linears)
-
-
-def phase_terms(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], share: int = 1,
-            layout: "Layout | None" = None) -> dict[str, dict[str, int]]:
-    """Bytes each phase adds on top of the static total; ``share``: GPUs the rollout is split over; ``layout``: a
-    DeepSpeed layout (ZeRO stage >= 1), whose gradients stay in their partitions between steps and whose optimizer
-    steps on this GPU's partition (or on the CPU). TRL's modules hold bf16 weights there (no autocast casts); the
-    suite's engine keeps float32 modules under its own autocast (the casts of one GPU) and, under ZeRO-3,
-    generates inside a gather of the whole float32 actor."""
-    compute = "float32" if s.dtype == "float32" else "bfloat16"
-    zero = layout is not None and layout.stage > 0
-    engine = method in ENGINE_METHODS
-    bf16_modules = zero and not engine  # DeepSpeed's bf16 modules: nothing for autocast to cast
-    # Each GPU runs micro-batches of the same size on its share of the step (fewer when the share is smaller).
-    mb = min(s.micro_sequences(method), max(1, math.ceil(s.sequences_per_step(method) / share)))
-    seq_len = s.prompt_tokens + s.completion_tokens
-    copies = {role: 0 if bf16_modules else n.working_copy_bytes for role, n in nets.items()}
-    phases: dict[str, dict[str, int]] = {}
-    logit_positions = scored_positions(method, s)
-    if method != "dpo":
-        rollout = max(1, math.ceil(s.prompts_per_step * s.group_size / share))
-        gen = {"kv_cache": kv_cache_bytes(shape, compute, rollout, seq_len),
-               "sampling_logits": 3 * 4 * shape.vocab * rollout,
-               "prefill_working": forward_working_bytes(shape, compute, rollout * s.prompt_tokens),
-               "actor_working_copy": 0 if bf16_modules else generation_weight_casts(shape, method, s, nets["actor"])}
-        if zero and layout.stage == 3 and engine:
-            # Engine.sample runs in deepspeed.zero.GatheredParameters of every actor parameter (a LoRA base too):
-            # whole float32 tensors allocated on every rank beside the shard it keeps (offloaded or not).
-            gen["gathered_actor"] = nets["actor"].parameters * 4
-        elif zero and layout.stage == 3 and s.ds3_gather_for_generation:
-            # TRL's unwrap_model_for_generation gathers every shard of the policy: the whole module minus this
-            # GPU's own shard (with the weights offloaded, the whole module).
-            actor = nets["actor"].parameters * DTYPE_BYTES[s.dtype]
-            gen["gathered_policy"] = actor - (0 if layout.offload_params else math.ceil(actor / layout.gpus))
-        phases["generation"] = gen
-        if "reward" in nets:
-            phases["reward"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len)
-                                + mb * seq_len * shape.hidden * DTYPE_BYTES[compute]}
-    if "reference" in nets or method == "dpo":
-        phases["reference"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len),
-                               "logits": logit_bytes(shape, compute, mb, logit_positions, method, backward=False)}
-    if "critic" in nets:
-        phases["critic"] = {"forward_working": forward_working_bytes(shape, compute, mb * seq_len),
-                            "critic_working_copy": copies["critic"]}
-    update = {"activations": update_activations(shape, method, s, tuple(nets), mb, s.gradient_checkpointing),
-              "logits": logit_bytes(shape, compute, mb, logit_positions, method, backward=True),
-              "working_copies": sum(copies.values())}
-    if not bf16_modules and frozen_weight_casts(shape, s, nets):
-        update["frozen_weight_casts"] = frozen_weight_casts(shape, s, nets)
-    phases["update"] = update
-    # torch's AdamW on GPU defaults to the foreach implementation, whose step holds one parameter-sized buffer
-    # (sqrt of exp_avg_sq) for all of an optimizer's parameters at once; the optimizers step one after another.
-    # Under ZeRO it steps this GPU's float32 partition; offloaded, it steps on the CPU.
-    trained = [n.trainable_parameters * 4 if zero else n.gradients_bytes for n in nets.values() if n.trained]
-    parts = 0 if layout is not None and layout.offload_optimizer else (layout.gpus if zero else 1)
-    phases["optimizer_step"] = {"adamw_foreach_buffer": max((math.ceil(b / parts) for b in trained), default=0)
-                                if parts else 0}
-    if not engine and not zero:  # TRL's Trainer frees gradients after each step (set_to_none)
-        grads = sum(n.gradients_bytes for n in nets.values())
-        for name, terms in phases.items():
-            if name not in ("update", "optimizer_step") and grads:
-                terms["gradients_freed"] = -grads
-    for terms in phases.values():
-        terms["total"] = sum(terms.values())
-    return phases
-
-
-def peak_of(static: int, phases: dict[str, dict[str, int]]) -> tuple[int, str]:
-    phase = max(phases, key=lambda p: phases[p]["total"])
-    return static + phases[phase]["total"], phase
+    return 2 * max([n_in * n_out for n_in, n_out in shape.layer_linears()] + [shape.vocab * shape.hidden])
 
 
 # ----------------------------------------------------------------------------------------------
-# Layouts over several GPUs
+# The update, per implementation
+
+
+def engine_update(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], mb: int,
+                  bf16_modules: bool = False) -> Moments:
+    """The moments of one micro-batch's forward and backward on the suite's engine (``ppo.loss_fn`` /
+    ``grpo_engine.loss_fn``): the actor's forward under autocast, its log-probs and entropies in float32 chunks,
+    PPO's critic forward, then the backward pass (the critic's first: its graph is the newer).
+
+    Each forward is its own autocast region, so its cache of bf16 weight casts is freed when the forward returns,
+    before the next network's forward and before the backward pass; what survives is what the matmuls saved:
+    without checkpointing every cast (a linear saves its weight's cast for its input's gradient), with it only the
+    LM head's (the decoder layers run their first forward saving nothing and are rebuilt, casts included, one at a
+    time in the backward pass).
+    """
+    T, L = s.completion_tokens, s.prompt_tokens + s.completion_tokens
+    tokens, kept = mb * L, mb * (T + 1)
+    ck, compute, h, V = s.gradient_checkpointing, s.compute, shape.hidden, shape.vocab
+    a = DTYPE_BYTES[compute]
+    actor = nets["actor"]
+    A = trained_net(shape, s, actor, bf16_modules)
+    head_trained = not actor.lora
+    head_cast = 2 * V * h if head_trained and A.casts else 0
+    actor_saved = layers_saved(shape, A, tokens, ck) + final_norm_bytes(
+        shape, compute, tokens, kept, A.residual, A.norms_trained, head_input=head_trained)
+    actor_casts_held = head_cast if ck else A.casts
+    logits = a * kept * V
+    chunk = 4 * T * V
+    entropy_chunks = (ENTROPY_CHUNKS if a != 4 else ENTROPY_CHUNKS - 1) * chunk
+    held = {"actor_casts_saved": actor_casts_held, "actor_activations": actor_saved, "logits": logits}
+    moments: Moments = {
+        "actor forward": {"actor_weight_casts": A.casts, "actor_activations": actor_saved, "logits": logits},
+        "actor log-probs and entropy": {**held, "fp32_logit_chunks": entropy_chunks},
+    }
+    if method == "ppo" or "critic" in nets:
+        critic = nets["critic"]
+        C = trained_net(shape, s, critic, bf16_modules)
+        # The float32 value head reads the last T + 1 positions: a view of the float32 final-norm output keeps it
+        # whole; from a bf16 base the cast to float32 is a copy of the slice.
+        value_input = 4 * h * tokens if C.residual == 4 else 4 * h * mb * (T + 1)
+        critic_saved = layers_saved(shape, C, tokens, ck) + final_norm_bytes(
+            shape, compute, tokens, None, C.residual, C.norms_trained, head_input=False) + value_input
+        moments["critic forward"] = {**held, "critic_weight_casts": C.casts, "critic_activations": critic_saved,
+                                     "layer_working": forward_working_bytes(shape, compute, tokens) if ck else 0}
+        moments["critic backward"] = {**held, "critic_activations": critic_saved,
+                                      "critic_casts_saved": 0 if ck else C.casts,
+                                      "rebuilt_layer": rebuilt_layer(C, tokens) if ck else 0,
+                                      "weight_gradient": C.layer_weight_gradient}
+        moments["critic embedding gradient"] = {**held, "weight_gradient": C.embedding_gradient}
+    moments["log-prob backward"] = {**held, "logits_gradient": logits,
+                                    "fp32_logit_chunks": LOGPROB_BACKWARD_CHUNKS * chunk}
+    if head_trained:
+        # The head's matmul backward makes the weight's gradient in the compute dtype; autocast's cast then hands
+        # a float32 copy to the accumulator, after the matmul's saved cast and the logits' gradient are freed.
+        moments["LM head backward"] = {"actor_casts_saved": actor_casts_held, "actor_activations": actor_saved,
+                                       "logits_gradient": logits, "weight_gradient": a * V * h}
+        moments["LM head gradient cast"] = {"actor_casts_saved": actor_casts_held - head_cast,
+                                            "actor_activations": actor_saved,
+                                            "weight_gradient": (a + 4 if A.casts else 4) * V * h}
+    moments["actor backward"] = {"actor_casts_saved": 0 if ck else A.casts - head_cast,
+                                 "actor_activations": actor_saved, "rebuilt_layer": rebuilt_layer(A, tokens) if ck else 0,
+                                 "weight_gradient": A.layer_weight_gradient}
+    moments["actor embedding gradient"] = {"weight_gradient": A.embedding_gradient}
+    if method == "ppo":  # the rollout log-probs of the actor (no grad, cache on) run in the update phase too
+        moments["rollout log-probs"] = {"actor_weight_casts": A.casts,
+                                        "forward_working": forward_working_bytes(shape, compute, tokens),
+                                        "logits": logits, "fp32_logit_chunks": LOGPROB_CHUNKS * chunk}
+    return moments
+
+
+def trl_update(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], mb: int,
+               bf16_modules: bool = False) -> Moments:
+    """The moments of one micro-batch's forward and backward in TRL 1.16's GRPOTrainer / DPOTrainer: the policy's
+    forward under accelerate's autocast (its own region, so the cache is freed before the backward pass) into the
+    fused LM head (``fused_head_bytes``: the logits never exist; the head's weight is cast chunk by chunk, never
+    cached), DPO's reference forward inside the loss (the telemetry's 'reference' phase, on top of the policy's
+    saved activations), then the backward pass. ``mb``: sequences (DPO: 2 x pairs)."""
+    L = s.prompt_tokens + s.completion_tokens
+    tokens, scored = mb * L, fused_scored(s, mb)
+    ck, compute, h = s.gradient_checkpointing, s.compute, shape.hidden
+    actor = nets["actor"]
+    A = trained_net(shape, s, actor, bf16_modules, lm_head_cast=False)
+    head_trained = not actor.lora
+    saved = (layers_saved(shape, A, tokens, ck)
+             + final_norm_bytes(shape, compute, tokens, None, A.residual, A.norms_trained, head_input=False)
+             + A.residual * h * scored)  # the fused head saves its own copy of the scored positions' hidden states
+    casts_held = 0 if ck else A.casts
+    forward = fused_head_bytes(shape, compute, scored, A.residual, False, head_trained, s.device)
+    backward = fused_head_bytes(shape, compute, scored, A.residual, True, head_trained, s.device)
+    moments: Moments = {
+        "policy forward": {"actor_weight_casts": A.casts, "actor_activations": saved, **forward},
+        "fused head backward": {"actor_casts_saved": casts_held, "actor_activations": saved, **backward},
+        "policy backward": {"actor_casts_saved": casts_held, "actor_activations": saved,
+                            "rebuilt_layer": rebuilt_layer(A, tokens) if ck else 0,
+                            "weight_gradient": A.layer_weight_gradient},
+        "embedding gradient": {"weight_gradient": A.embedding_gradient},
+    }
+    return moments
+
+
+def fused_scored(s: Settings, mb: int) -> int:
+    """Positions TRL's fused head projects for ``mb`` sequences: the labelled completion tokens on a GPU (Triton:
+    ``hidden_states[mask]``), every position but the last on a CPU (the tile shapes stay fixed there)."""
+    if s.device == "cpu":
+        return mb * (s.prompt_tokens + s.completion_tokens - 1)
+    return mb * s.completion_tokens
+
+
+def trl_reference_forward(shape: Shape, s: Settings, mb: int) -> Terms:
+    """A reference forward (no grad) into TRL's fused head: one layer's working set, the scored hidden states'
+    copy in the reference's dtype, the head's forward tile."""
+    L, compute = s.prompt_tokens + s.completion_tokens, s.compute
+    scored = fused_scored(s, mb)
+    residual = DTYPE_BYTES[s.dtype]
+    return {"forward_working": forward_working_bytes(shape, compute, mb * L),
+            "reference_hidden": residual * shape.hidden * scored,
+            **{f"reference_{k}": v for k, v in fused_head_bytes(shape, compute, scored, residual, False, False,
+                                                              s.device).items()}}
+
+
+# ----------------------------------------------------------------------------------------------
+# Every phase
+
+
+def phase_moments(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], share: int = 1,
+                  layout: Layout | None = None) -> dict[str, Moments]:
+    """phase -> moment -> {term: bytes} on top of the bytes resident between steps (``resident_bytes``);
+    ``share``: GPUs the rollout is split over; ``layout``: a DeepSpeed layout (ZeRO stage >= 1), whose gradients
+    stay in their partitions between steps and whose optimizer steps on this GPU's partition (or on the CPU).
+    TRL's modules hold bf16 weights there (no autocast casts, a bf16 residual); the suite's engine keeps float32
+    modules under its own autocast (the casts of one GPU) and, under ZeRO-3, generates inside a gather of the whole
+    float32 actor (bf16 in the what-if layout)."""
+    compute = s.compute
+    zero = layout is not None and layout.stage > 0
+    engine = method in ENGINE_METHODS
+    bf16_modules = zero and not engine and s.dtype != "float32"  # DeepSpeed's bf16 modules: nothing to cast
+    # Each GPU runs micro-batches of the same size on its share of the step (fewer when the share is smaller).
+    mb = min(s.micro_sequences(method), max(1, math.ceil(s.sequences_per_step(method) / share)))
+    L = s.prompt_tokens + s.completion_tokens
+    actor = nets["actor"]
+    A = trained_net(shape, s, actor, bf16_modules)
+    what_if = layout is not None and layout.what_if_engine
+    out: dict[str, Moments] = {}
+    grads = sum(n.gradients_bytes for n in nets.values())
+    freed = not engine and not zero  # TRL's Trainer frees gradients after each optimizer step (set_to_none)
+
+    if method != "dpo":
+        rollout = max(1, math.ceil(s.prompts_per_step * s.group_size / share))
+        if bf16_modules:
+            casts = 0
+        elif engine:
+            casts = 0 if what_if else transient_cast(shape, s, actor)  # Engine.sample: autocast's cache off
+        else:  # TRL: each decoding forward is its own cached autocast region (accelerate wraps forward)
+            casts = actor.working_copy_bytes
+        residual = 2 if what_if else A.residual
+        gen = generation_terms(shape, s, rollout, s.prompt_tokens, s.completion_tokens, residual, compute, casts)
+        if zero and layout.stage == 3 and engine:
+            # Engine.sample runs in deepspeed.zero.GatheredParameters of every actor parameter: whole float32
+            # tensors on every rank beside the shard it keeps (the what-if: a bf16 gather).
+            gen["gathered_actor"] = actor.parameters * (2 if what_if else 4)
+        elif zero and layout.stage == 3 and s.ds3_gather_for_generation:
+            # TRL's unwrap_model_for_generation gathers every shard of the policy: the whole module minus this
+            # GPU's own shard (with the weights offloaded, the whole module).
+            whole = actor.parameters * DTYPE_BYTES[s.dtype]
+            gen["gathered_policy"] = whole - (0 if layout.offload_params else math.ceil(whole / layout.gpus))
+        out["generation"] = {"sample": gen}
+        if "reward" in nets:
+            out["reward"] = {"reward model forward": {
+                "forward_working": forward_working_bytes(shape, compute, mb * L),
+                "last_hidden_state": mb * L * shape.hidden * DTYPE_BYTES[s.dtype]}}
+    if engine:
+        T = s.completion_tokens
+        chunk = 4 * T * shape.vocab
+        if "reference" in nets:
+            out["reference"] = {"reference log-probs": {
+                "forward_working": forward_working_bytes(shape, compute, mb * L),
+                "logits": DTYPE_BYTES[compute] * mb * (T + 1) * shape.vocab,
+                "fp32_logit_chunks": (LOGPROB_CHUNKS if compute != "float32" else 1) * chunk}}
+        if "critic" in nets:
+            critic = nets["critic"]
+            out["critic"] = {"rollout values": {
+                "critic_weight_casts": trained_net(shape, s, critic, bf16_modules).casts,
+                "forward_working": forward_working_bytes(shape, compute, mb * L),
+                "last_hidden_state": mb * L * shape.hidden * critic.residual_bytes}}
+        out["update"] = engine_update(shape, method, s, nets, mb, bf16_modules)
+    else:
+        update = trl_update(shape, method, s, nets, mb, bf16_modules)
+        if freed:
+            update = {name: {"gradients": grads, **terms} for name, terms in update.items()}
+        out["update"] = update
+        if method == "dpo":  # the reference forward inside the loss, after the policy's forward
+            policy = update["policy forward"]
+            kept = {k: v for k, v in policy.items() if k in ("gradients", "actor_activations")}
+            if not s.gradient_checkpointing:
+                kept["actor_casts_saved"] = policy["actor_weight_casts"]
+            out["reference"] = {"reference forward in the loss": {**kept, **trl_reference_forward(shape, s, mb)}}
+        elif "reference" in nets:
+            out["reference"] = {"reference log-probs": trl_reference_forward(shape, s, mb)}
+
+    # The optimizer step. torch's fused AdamW on CUDA updates in place (no parameter-sized temporary); on the CPU
+    # the foreach implementation holds one parameter-sized float32 buffer (sqrt of exp_avg_sq) for all of an
+    # optimizer's parameters at once. The optimizers step one after another; under ZeRO each steps this GPU's
+    # float32 partition, offloaded it steps on the CPU.
+    trained = [n.trainable_parameters * 4 if zero else n.gradients_bytes for n in nets.values() if n.trained]
+    parts = 0 if layout is not None and layout.offload_optimizer else (layout.gpus if zero else 1)
+    if s.device == "cpu":
+        step = {"adamw_foreach_buffer": max((math.ceil(b / parts) for b in trained), default=0) if parts else 0}
+    else:
+        step = {"adamw_fused": 0}
+    if freed:
+        step = {"gradients": grads, **step}
+    out["optimizer_step"] = {"step": step}
+
+    if s.evaluation:  # the worker evaluates the trained policy with every network and optimizer still resident
+        residual = A.residual if not bf16_modules else DTYPE_BYTES[s.dtype]
+        casts = 0 if bf16_modules else transient_cast(shape, s, actor)
+        out["evaluation"] = {"greedy evaluation": generation_terms(
+            shape, s, s.eval_batch_size, s.prompt_tokens, s.eval_completion_tokens, residual, compute, casts)}
+    return out
+
+
+def totals(moments: dict[str, Moments]) -> dict[str, Terms]:
+    """phase -> the terms of its largest moment, with their 'total'."""
+    phases: dict[str, Terms] = {}
+    for phase, by_moment in moments.items():
+        name = max(by_moment, key=lambda m: sum(by_moment[m].values()))
+        terms = {k: v for k, v in by_moment[name].items() if v}
+        phases[phase] = {**terms, "total": sum(terms.values())}
+    return phases
+
+
+def peak_moment(moments: dict[str, Moments], phase: str) -> str:
+    """The moment of ``phase`` that is its peak."""
+    by_moment = moments[phase]
+    return max(by_moment, key=lambda m: sum(by_moment[m].values()))
+
+
+def phase_terms(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], share: int = 1,
+                layout: Layout | None = None) -> dict[str, Terms]:
+    """Bytes each phase adds on top of the resident total, its largest moment's terms (``phase_moments``)."""
+    return totals(phase_moments(shape, method, s, nets, share, layout))
+
+
+def freed_between_steps(method: str, nets: dict[str, NetworkMemory], layout: Layout | None = None) -> int:
+    """Bytes of the static accounting not resident between steps: TRL's Trainer frees every gradient after each
+    optimizer step (``zero_grad(set_to_none=True)``), so its gradients count in the update and the optimizer step
+    only; the suite's engine keeps them (it zeroes them at the start of the update), and so does DeepSpeed (its
+    gradient partitions)."""
+    zero = layout is not None and layout.stage > 0
+    if method in ENGINE_METHODS or zero:
+        return 0
+    return sum(n.gradients_bytes for n in nets.values())
+
+
+def outside_allocator(s: Settings, layout: Layout | None = None) -> Terms:
+    """Device memory PyTorch's allocator does not see (cuda-allocated misses it, nvml-process has it): the CUDA
+    context, and NCCL's buffers with several GPUs. Nothing on a CPU."""
+    if s.device == "cpu":
+        return {}
+    terms = {"cuda_context": CUDA_CONTEXT_BYTES}
+    if layout is not None and layout.gpus > 1:
+        terms["nccl_buffers"] = NCCL_BYTES
+    return terms
+
+
+def peak_of(resident: int, phases: dict[str, Terms]) -> tuple[int, str]:
+    """(resident + the largest phase, that phase)."""
+    phase = max(phases, key=lambda p: phases[p]["total"])
+    return resident + phases[phase]["total"], phase

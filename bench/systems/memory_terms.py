@@ -126,9 +126,10 @@ class Settings:
     """What a run does per step. Defaults: the gsm8k-qwen0.5b preset (bench/config/presets/gsm8k-qwen0.5b.yaml)."""
 
     dtype: str = "bfloat16"
-    """spec.model.dtype: 'bfloat16' (bf16 autocast over fp32 master weights; frozen networks bf16) or 'float32'."""
+    """spec.model.dtype: 'bfloat16' (bf16 autocast over fp32 master weights; frozen networks and a LoRA base bf16)
+    or 'float32'."""
     micro_batch_size: int = 8
-    """Sequences per forward/backward (DPO: pairs); 0: the whole step at once."""
+    """Sequences per forward/backward (DPO and the reward-model stage: pairs); 0: the whole step at once."""
     prompt_tokens: int = 256
     """Padded prompt length (tokens); a GSM8K question in a chat template is about 100-250 tokens."""
     completion_tokens: int = 512
@@ -138,7 +139,7 @@ class Settings:
     prompts_per_step: int = 16
     """Prompts per optimizer step (DPO: pairs per step)."""
     gradient_checkpointing: bool = True
-    """Keep only each layer's input and recompute the rest in the backward pass."""
+    """Keep only each layer's input and recompute the rest in the backward pass (the reward-model stage too)."""
     lora_rank: int = 0
     """LoRA rank (0: off, every weight trained)."""
     kl_beta: float = 0.04
@@ -147,8 +148,31 @@ class Settings:
     """With LoRA: PPO's critic trains its own adapters and a value head (train.lora.critic); false: every weight."""
     ds3_gather_for_generation: bool = True
     """TRL GRPO under ZeRO-3 gathers the whole policy on every GPU to generate (GRPOConfig's flag of that name)."""
+    device: str = "cuda"
+    """spec.device: 'cuda' (torch's fused AdamW, no parameter-sized temporary; TRL's fused LM head in Triton; a
+    CUDA context outside the allocator) or 'cpu' (foreach AdamW buffer; the fused LM head's torch tiles)."""
+    reward_model_pairs: int = 32
+    """reward_model.batch_size: pairs per optimizer step of the reward-model stage (micro-batches of
+    ``micro_batch_size`` pairs, gradients accumulated)."""
+    reward_model_eval_pairs: int = 64
+    """Pairs per forward of the reward-model stage's held-out accuracy (baselines.reward_model.pairwise_accuracy)."""
+    pool_batch_size: int = 64
+    """sample_pool.batch_size: prompts per generate call of the sample-pool stage."""
+    pool_samples: int = 4
+    """sample_pool.samples_per_prompt: completions per pool prompt (num_return_sequences)."""
+    evaluation: bool = True
+    """eval.enabled: the method runs end with a greedy evaluation of the trained policy (phase 'evaluation')."""
+    eval_batch_size: int = 64
+    """eval.batch_size: prompts per evaluation generate call."""
+    eval_completion_tokens: int = 512
+    """eval.max_new_tokens (tokens)."""
     gpu_memory_bytes: int = 80 * GIB
     """Memory of one GPU (bytes) for fits, the largest micro-batch and the GPU counts."""
+
+    @property
+    def compute(self) -> str:
+        """The dtype matmuls run in: bfloat16 under autocast, else float32."""
+        return "float32" if self.dtype == "float32" else "bfloat16"
 
     def sequences_per_step(self, method: str) -> int:
         """Sequences one optimizer step trains on: prompts x G online; 2 x pairs for DPO."""
@@ -168,7 +192,8 @@ class NetworkMemory:
     role: str
     trained: bool
     storage: str
-    """dtype the weights are stored in (float32 for trained networks: the master weights)."""
+    """dtype the weights are stored in: float32 for fully trained networks (the master weights); the spec's dtype
+    for frozen networks and for a LoRA network's frozen base (its adapters and a critic's value head are float32)."""
     parameters: int
     """Parameters this role holds (0 for a LoRA reference: it is the actor's base)."""
     trainable_parameters: int
@@ -176,14 +201,15 @@ class NetworkMemory:
     gradients_bytes: int
     optimizer_bytes: int
     working_copy_bytes: int
-    """bf16 casts of the linear weights that autocast caches while this network computes (0 unless trained under
-    bf16 autocast; with LoRA the adapters' only, as a frozen base is not cached); counted in the phases it computes
-    in, not in the static total."""
-    frozen_layer_linears: int = 0
-    """Elements of one decoder layer's frozen linear weights in a trained LoRA network: their bf16 casts are saved
-    for backward in the update (``frozen_weight_casts``)."""
-    frozen_head: int = 0
-    """Elements of a trained LoRA network's frozen LM head (0 for the critic, whose value head is trained)."""
+    """bf16 casts of float32 weights that require grad which autocast caches while this network computes: every
+    linear weight of a fully trained network (the actor's LM head included), a LoRA network's adapters only (its
+    base is stored in bf16: nothing to cast); 0 in float32. Counted in the phases it computes in, not in the
+    static total."""
+    lora: bool = False
+    """Adapters on a frozen base (the base is stored in ``storage``)."""
+    residual_bytes: int = 4
+    """Bytes per element of the residual stream, the dtype of the embedding (float32 for a trained network, the
+    base's dtype under LoRA, the stored dtype for a frozen one): norms, layer inputs and the K cache take it."""
 
     @property
     def static_bytes(self) -> int:
@@ -200,12 +226,12 @@ def roles_for(method: str, settings: Settings) -> tuple[str, ...]:
     return roles
 
 
-def network_memory(shape: Shape, role: str, settings: Settings) -> NetworkMemory:
-    """Exact static bytes of one role (see the module docstring for what each network is)."""
-    trained = role in TRAINED_ROLES
-    storage = "float32" if trained else settings.dtype
-    size = DTYPE_BYTES[storage]
-    lora = settings.lora_rank > 0 and (role != "critic" or settings.lora_critic)
+def network_memory(shape: Shape, role: str, settings: Settings, trained: bool | None = None) -> NetworkMemory:
+    """Exact static bytes of one role (see bench.systems.memory_model for what each network is). ``trained``
+    overrides the role's usual state (the reward-model stage trains the 'reward' network in full)."""
+    trained = role in TRAINED_ROLES if trained is None else trained
+    frozen_size = DTYPE_BYTES[settings.dtype]
+    lora = trained and settings.lora_rank > 0 and (role != "critic" or settings.lora_critic) and role != "reward"
     if role in ("actor", "reference"):
         tensors = shape.lm_tensors()
     elif role == "critic":
@@ -213,101 +239,142 @@ def network_memory(shape: Shape, role: str, settings: Settings) -> NetworkMemory
     else:  # reward: sequence classification, score row (1 x h), no bias
         tensors = shape.backbone_tensors() + [shape.hidden]
     if role == "reference" and settings.lora_rank > 0:
-        return NetworkMemory(role, False, storage, 0, 0, 0, 0, 0, 0)
+        return NetworkMemory(role, False, settings.dtype, 0, 0, 0, 0, 0, 0, residual_bytes=frozen_size)
     base = sum(tensors)
     if not trained:
-        return NetworkMemory(role, False, storage, base, 0, base * size, 0, 0, 0)
+        return NetworkMemory(role, False, settings.dtype, base, 0, base * frozen_size, 0, 0, 0,
+                             residual_bytes=frozen_size)
     autocast = settings.dtype != "float32"
-    frozen_layer = frozen_head = 0
     if lora:
         adapters, adapter_tensors = shape.lora_parameters(settings.lora_rank)
         head = [shape.hidden, 1] if role == "critic" else []  # the critic's value head is trained in full
+        frozen = base - sum(head)
         trainable, trainable_tensors = adapters + sum(head), adapter_tensors + len(head)
-        params = base + adapters
-        # Autocast caches casts of weights that require grad only: the adapters. The frozen base is cast per use.
-        copies = 2 * adapters if autocast else 0
-        frozen_layer = sum(n_in * n_out for n_in, n_out in shape.layer_linears())
-        frozen_head = shape.vocab * shape.hidden if role == "actor" else 0
-    else:
-        trainable, trainable_tensors, params = base, len(tensors), base
-        # Under bf16 autocast a trained network's linear weights get a cached bf16 copy while it computes.
-        copies = 2 * (shape.linear_weights(lm_head=role == "actor")) if autocast else 0
-    return NetworkMemory(
-        role=role, trained=True, storage=storage, parameters=params, trainable_parameters=trainable,
-        weights_bytes=params * size,
-        gradients_bytes=trainable * size,
-        optimizer_bytes=ADAM_MOMENTS * trainable * size + ADAM_STEP_BYTES * trainable_tensors,
-        working_copy_bytes=copies, frozen_layer_linears=frozen_layer, frozen_head=frozen_head)
+        # The frozen base in the spec's dtype; adapters (peft upcasts them) and the value head in float32.
+        weights = frozen * frozen_size + 4 * trainable
+        copies = 2 * adapters if autocast else 0  # autocast caches the adapters' casts; the base needs none
+        return NetworkMemory(role, True, settings.dtype, base + adapters, trainable, weights, 4 * trainable,
+                             ADAM_MOMENTS * 4 * trainable + ADAM_STEP_BYTES * trainable_tensors, copies, lora=True,
+                             residual_bytes=frozen_size)
+    # Under bf16 autocast a trained network's linear weights get a cached bf16 copy while it computes.
+    copies = 2 * shape.linear_weights(lm_head=role == "actor") if autocast else 0
+    return NetworkMemory(role=role, trained=True, storage="float32", parameters=base, trainable_parameters=base,
+                         weights_bytes=4 * base, gradients_bytes=4 * base,
+                         optimizer_bytes=ADAM_MOMENTS * 4 * base + ADAM_STEP_BYTES * len(tensors),
+                         working_copy_bytes=copies, residual_bytes=4)
 
 
 # ----------------------------------------------------------------------------------------------
-# Per-phase terms (approximate)
+# Activations, logits and the KV cache (approximate)
 
 
-def activation_bytes_per_token_layer(shape: Shape, dtype: str) -> int:
-    """Bytes one token saves for backward in one decoder layer without checkpointing (module docstring)."""
-    a, r = DTYPE_BYTES[dtype], 4
+def activation_bytes_per_token_layer(shape: Shape, dtype: str, residual: int = 4, norms_trained: bool = True,
+                                     lora_rank: int = 0) -> int:
+    """Bytes one token saves for backward in one decoder layer without checkpointing (bench.systems.memory_model).
+
+    ``dtype``: the compute dtype (bfloat16 under autocast); ``residual``: bytes of the residual stream (4: a
+    float32-stored network; 2: a bf16 base or bf16 modules); ``norms_trained``: the RMSNorm weights are trained
+    (they then save the normalised input); ``lora_rank``: each adapted linear saves its rank-wide A output.
+    """
+    a, r = DTYPE_BYTES[dtype], residual
     h, hq, i = shape.hidden, shape.q_width, shape.intermediate
-    norms = 4 * r * h                                        # two RMSNorms: fp32 input + normalised output
-    projection_inputs = 5 * a * h if dtype != "float32" else 2 * r * h  # per-linear bf16 casts, or shared fp32
+    # Each RMSNorm saves its float32 input (or float32 copy of it) and, with a trained weight, the normalised
+    # input in the residual dtype.
+    norms = 2 * (4 * h + (r * h if norms_trained else 0))
+    # The inputs the linears save: their own bf16 casts of a float32 norm output (q, k, v, gate, up) under
+    # autocast, else the two norm outputs themselves (shared).
+    projection_inputs = 5 * a * h if a != r else 2 * r * h
     attention = 4 * a * hq + 4 * shape.heads                 # q, repeated K and V, output; fp32 logsumexp
+    if r == 2:  # a bf16 residual: RoPE runs in bf16 and its q and k (with v before the repeat) are kept as well
+        attention += 2 * a * hq + 4 * a * shape.kv_width
     mlp = 4 * a * i                                          # gate, SiLU(gate), up, product
-    return norms + projection_inputs + attention + mlp
+    adapters = len(shape.layer_linears()) * lora_rank * a    # each adapter's A output, saved by its B
+    return norms + projection_inputs + attention + mlp + adapters
 
 
-def activation_bytes(shape: Shape, dtype: str, tokens: int, checkpointing: bool, head_tokens: int | None = None) -> int:
-    """Saved activations of one trained network for ``tokens`` tokens in one forward/backward (approximate).
+def activation_bytes(shape: Shape, dtype: str, tokens: int, checkpointing: bool, head_tokens: int | None = None,
+                     residual: int = 4, norms_trained: bool = True, lora_rank: int = 0,
+                     head_input: bool = True) -> int:
+    """Saved activations of one trained network for ``tokens`` tokens in one forward/backward (approximate), the
+    one layer rebuilt in the backward pass under checkpointing included.
 
     ``head_tokens``: positions the LM head reads (``logits_to_keep``; default all). The final RMSNorm saves its
-    fp32 input and normalised output for every token; the head's input is a bf16 cast of the kept positions under
-    autocast, and in float32 a view that keeps the whole normalised output alive.
+    float32 input (and, trained, its normalised input); the head's input is a bf16 cast of the kept positions under
+    autocast over a float32 residual, and otherwise a view that keeps the whole normalised output alive
+    (``head_input`` False: the head saves no input, as a frozen LM head does).
     """
-    per_layer = activation_bytes_per_token_layer(shape, dtype)
+    per_layer = activation_bytes_per_token_layer(shape, dtype, residual, norms_trained, lora_rank)
+    return layer_activations(shape, tokens, checkpointing, per_layer, residual) + final_norm_bytes(
+        shape, dtype, tokens, head_tokens, residual, norms_trained, head_input)
+
+
+def layer_activations(shape: Shape, tokens: int, checkpointing: bool, per_layer: int, residual: int = 4) -> int:
+    """The decoder layers' share of ``activation_bytes``: every layer's saved set, or with checkpointing each
+    layer's input (``residual`` bytes x hidden) plus one layer rebuilt at a time in the backward pass."""
+    if checkpointing:
+        return tokens * (shape.layers * residual * shape.hidden + per_layer)
+    return tokens * shape.layers * per_layer
+
+
+def final_norm_bytes(shape: Shape, dtype: str, tokens: int, head_tokens: int | None = None, residual: int = 4,
+                     norms_trained: bool = True, head_input: bool = True) -> int:
+    """What the final RMSNorm and the LM head's input keep for backward (see ``activation_bytes``)."""
     head_tokens = tokens if head_tokens is None else head_tokens
-    head = 4 * shape.hidden * tokens if dtype == "float32" else DTYPE_BYTES[dtype] * shape.hidden * head_tokens
-    final_norm = tokens * 2 * 4 * shape.hidden + head
-    if checkpointing:  # each layer's fp32 input kept; one layer rebuilt at a time in the backward pass
-        return tokens * (shape.layers * 4 * shape.hidden + per_layer) + final_norm
-    return tokens * shape.layers * per_layer + final_norm
+    h, a = shape.hidden, DTYPE_BYTES[dtype]
+    norm = tokens * (4 * h + (residual * h if norms_trained else 0))
+    if not head_input:
+        return norm
+    head = a * h * head_tokens if a != residual else residual * h * tokens
+    return norm + head
 
 
 def forward_working_bytes(shape: Shape, dtype: str, tokens: int) -> int:
-    """One layer's transient working set in a no-grad forward (the MLP's three intermediates dominate)."""
+    """One layer's transient working set in a forward that saves nothing (no grad, or a checkpointed layer's first
+    forward): the MLP's three intermediates dominate."""
     a = DTYPE_BYTES[dtype]
     return tokens * (3 * a * shape.intermediate + a * (shape.q_width + 2 * shape.kv_width) + 2 * 4 * shape.hidden)
 
 
-FUSED_TILE = (4096, 4096)
-"""(tokens, vocabulary entries) of one float32 tile of TRL's fused LM head (trl/kernels/chunked_logprob.py tiles
-4,096 tokens; the vocabulary width is the caller's chunk size, assumed 4,096)."""
+FUSED_CHUNK = (4096, 32768)
+"""(tokens, vocabulary entries) of one tile of TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py: tiles of
+TOKEN_CHUNK_SIZE tokens; GRPO and DPO pass _CHUNKED_LOGPROB_CHUNK_SIZE = 32,768 vocabulary entries)."""
 
 
-def logit_bytes(shape: Shape, dtype: str, sequences: int, positions: int, method: str, backward: bool) -> int:
-    """Logit memory of ``sequences`` x ``positions`` scored positions in one forward (and backward).
+def fused_head_bytes(shape: Shape, dtype: str, tokens: int, residual: int, backward: bool, head_trained: bool,
+                     device: str = "cuda") -> dict[str, int]:
+    """Transient bytes of TRL 1.16's fused, chunked LM head (``ChunkedLogProbFunction``) over ``tokens`` scored
+    positions, by term; the logits are never materialised.
 
-    engine (ppo, grpo_engine): the LM head's output (a bytes, kept for backward), its gradient of the same size,
-    and a float32 copy plus probabilities of one sequence at a time (baselines.rl_math._TokenLogprobs).
-    TRL GRPO: the output and the row-by-row log-softmax outputs (a bytes each; trl selective_log_softmax),
-    whose gradient replaces them in the backward pass. DPO: TRL 1.16's fused LM head never materialises the
-    logits; one float32 tile (FUSED_TILE), twice with the backward pass.
+    Forward: one tile of logits in the compute dtype (``mm_buf``: min(tokens, 4,096) x 32,768) and the compute-dtype
+    cast of one vocabulary chunk of the weight. Backward (``backward``): the same tile and chunk, the float32
+    accumulators of the hidden states' gradient (tokens x hidden) and, when the head is trained, of the whole weight's
+    gradient (vocab x hidden x 4 bytes: the fp32 LM-head gradient buffer), plus the hidden gradient cast back to
+    the residual dtype when that is not float32. Without Triton (``device`` 'cpu') the tile is folded in torch:
+    three float32 copies of it in the forward, seven and a boolean one in the backward (measured on CPU in
+    tests/test_memory_model.py).
     """
-    a = DTYPE_BYTES[dtype]
-    tokens = sequences * positions
-    if method == "dpo":
-        return 4 * FUSED_TILE[0] * min(FUSED_TILE[1], shape.vocab) * (2 if backward else 1)
-    if method in ENGINE_METHODS:
-        return shape.vocab * (tokens * a * (2 if backward else 1) + 2 * 4 * positions)
-    return shape.vocab * tokens * a * 2
+    a, h = DTYPE_BYTES[dtype], shape.hidden
+    rows, width = min(tokens, FUSED_CHUNK[0]), min(FUSED_CHUNK[1], shape.vocab)
+    # The tile buffer is allocated at the full chunk width even for a smaller vocabulary.
+    terms = {"fused_head_tile": rows * FUSED_CHUNK[1] * a, "fused_head_weight_chunk": width * h * a}
+    if device == "cpu":
+        terms["fused_head_torch_tiles"] = (7 * 4 + 1) * rows * width if backward else 3 * 4 * rows * width
+    if backward:
+        terms["fused_head_hidden_grad"] = 4 * tokens * h + (residual * tokens * h if residual != 4 else 0)
+        if head_trained:
+            terms["fused_head_weight_grad"] = 4 * shape.vocab * h
+    return terms
 
 
-def kv_cache_bytes(shape: Shape, dtype: str, sequences: int, tokens: int) -> int:
-    """K and V of every layer for ``sequences`` x ``tokens`` while the actor generates under ``dtype``.
+def kv_cache_bytes(shape: Shape, dtype: str, sequences: int, tokens: int, residual: int = 4) -> int:
+    """K and V of every layer for ``sequences`` x ``tokens`` while a network generates under compute ``dtype``.
 
-    V is the v projection's output (a bytes); K passes through RoPE, whose cos/sin tables take the residual
-    stream's dtype, float32 for the fp32-stored actor, so type promotion stores K in float32 even under bf16
-    autocast (measured on the HF cache: tests/test_memory_model.py).
+    V is the v projection's output (compute-dtype bytes); K passes through RoPE, whose cos/sin tables take the
+    residual stream's dtype (``residual`` bytes): float32 for the fp32-stored actor, so type promotion stores K
+    in float32 even under bf16 autocast (measured on the HF cache: tests/test_memory_model.py); bf16 for a bf16
+    base or a frozen bf16 network.
     """
-    per_token = shape.layers * shape.kv_width * (4 + DTYPE_BYTES[dtype])
+    per_token = shape.layers * shape.kv_width * (residual + DTYPE_BYTES[dtype])
     return per_token * sequences * tokens
 
 
@@ -330,6 +397,11 @@ class Layout:
     """Master weights, AdamW moments and a float32 gradient partition in CPU memory (ZeRO stage >= 1)."""
     offload_params: bool = False
     """The weights in CPU memory, gathered to the GPU per module (ZeRO-3 only)."""
+    what_if_engine: bool = False
+    """A what-if for the suite's engine under ZeRO-3, not what it does: the reference and the reward model sharded
+    like the trained networks (or run as DeepSpeed inference engines), and generation from a gather of the actor
+    in bf16 instead of float32 (verl's and OpenRLHF's arrangement). TRL's trainers shard their frozen networks
+    under ZeRO-3 already."""
 
     def __post_init__(self) -> None:
         if self.stage not in (0, 1, 2, 3):
@@ -340,12 +412,16 @@ class Layout:
             raise ValueError("optimizer offload needs ZeRO stage 1, 2 or 3")
         if self.offload_params and self.stage != 3:
             raise ValueError("weight (parameter) offload needs ZeRO stage 3")
+        if self.what_if_engine and self.stage != 3:
+            raise ValueError("the engine's sharded-frozen what-if is a ZeRO stage 3 layout")
 
     @property
     def name(self) -> str:
-        """'dp', 'zero1'..'zero3', 'zero3_offload' (both offloaded) or 'zeroK_offload_optimizer'."""
+        """'dp', 'zero1'..'zero3', 'zero3_offload' (both offloaded), 'zeroK_offload_optimizer' or 'zero3_what_if'."""
         if self.stage == 0:
             return "dp"
+        if self.what_if_engine:
+            return "zero3_what_if"
         if self.offload_params:
             return f"zero{self.stage}_offload" if self.offload_optimizer else f"zero{self.stage}_offload_params"
         return f"zero{self.stage}_offload_optimizer" if self.offload_optimizer else f"zero{self.stage}"
@@ -353,8 +429,10 @@ class Layout:
     @classmethod
     def named(cls, name: str, gpus: int = 1) -> "Layout":
         """The layout of a LAYOUTS name on ``gpus`` GPUs."""
+        if name == "zero3_what_if":
+            return cls(3, gpus, what_if_engine=True)
         if name not in LAYOUTS:
-            raise ValueError(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}")
+            raise ValueError(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}, zero3_what_if")
         if name == "dp":
             return cls(0, gpus)
         offload = name.endswith("_offload")

