@@ -215,3 +215,30 @@ def test_trl_dpo_implicit_rewards_are_zero_at_lr_0_under_bf16(tmp_path, model_di
         outcome = dpo.train(ctx)
     rewards = [(p["chosen_reward"], p["rejected_reward"]) for p in outcome.log_history if "chosen_reward" in p]
     assert rewards and all(chosen == 0.0 and rejected == 0.0 for chosen, rejected in rewards)
+
+
+def test_sample_pool_samples_its_bf16_policy_in_the_actors_numerics(tmp_path, model_dirs, monkeypatch):  # noqa: F811
+    """The pool's policy is stored in bf16 (frozen) but generates under bf16 autocast with its embeddings hooked:
+    the distribution the float32 actor samples its first rollout from."""
+    from bench.execution import sample_pool
+    from bench.model.numerics import HOOK_ATTRIBUTE
+    from bench.telemetry import Telemetry
+    from test_rollout_engine import _rows
+
+    ctx = _context(tmp_path, model_dirs, "sample_pool", None)
+    ctx.init_model_dir = _bf16_checkpoint(model_dirs[0], tmp_path / "start")
+    ctx.spec.model.dtype = "bfloat16"
+    ctx.spec.sample_pool.prompts, ctx.spec.sample_pool.samples_per_prompt = 2, 2
+    ctx.train_rows, ctx.telemetry = _rows(2), Telemetry("cpu", enabled=False)
+    seen = []
+    original = sample_pool.sample
+
+    def recording(model, *args, **kwargs):
+        seen.append((next(model.parameters()).dtype, torch.is_autocast_enabled("cpu"),
+                     getattr(model.get_input_embeddings(), HOOK_ATTRIBUTE, None) is not None))
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(sample_pool, "sample", recording)
+    with ctx.telemetry:
+        sample_pool.train(ctx)
+    assert seen == [(torch.bfloat16, True, True)]

@@ -21,6 +21,7 @@ import torch
 from bench.execution.context import RunContext, TrainOutcome
 from bench.model.generation import completion_length, eos_token_ids, generate, sampling_settings
 from bench.model.loading import load_causal_lm
+from bench.model.numerics import actor_numerics
 from bench.task.problems import format_target
 from bench.task.verifier import is_correct
 
@@ -133,7 +134,9 @@ def train(ctx: RunContext) -> TrainOutcome:
         for start in range(0, len(rows), pool_spec.batch_size):
             batch = rows[start:start + pool_spec.batch_size]
             ctx.telemetry.step_begin()
-            with ctx.telemetry.phase("generation"):
+            # the starting policy stored in bf16 but sampled in the actor's numerics (bench.model.numerics): the
+            # distribution every online method's first rollout samples from
+            with ctx.telemetry.phase("generation"), actor_numerics(policy, spec.model.dtype):
                 completions, tokens = sample(policy, tokenizer, [r["prompt"] for r in batch], n, settings)
             with ctx.telemetry.phase("reward"):
                 for row, texts in zip(batch, completions):
