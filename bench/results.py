@@ -52,6 +52,7 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
                        "grad_bytes": int, "grad_materialized": bool,      # False: some grads counted from shapes
                        "optimizer_bytes": int,
                        "optimizer_state_materialized": bool,  # False with 0 bytes: no step yet, size unknown
+                       "partitioned_params": int,  # of params, counted by full shape (ds_numel): ZeRO-3 partitions
                        "shared_params": int,  # elements an earlier role already counted (not counted again)
                        "shared_with": [str]}}  # those earlier roles, e.g. ["actor"] for a LoRA reference (the
                                        # actor's base with adapters off: no weights of its own); NET: actor,
@@ -84,7 +85,21 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
     "update_to_weight_ratio": float | null,    # ||w_end - w_start|| / ||w_start||, L2 over trainable elements
     "trainable_params": int | null,            # requires_grad elements (LoRA: the adapters)
     "method": "exact" | "sampled (N elements)" | null,
-    "reason": str                              # only when not measured: why
+    "reason": str,                             # only when not measured: why
+    "weight_decay_floor": float,               # the ratio weight decay alone gives: 1 - (1 - lr wd)^steps
+    "moved_beyond_floor": bool | null,         # update_to_weight_ratio above that floor (param_change)
+    "verdict": str                             # param_change.VERDICTS: "moved", "no learning signal", "within the
+  },                                           # weight-decay floor", "mostly rounded away", "unchanged (learning
+                                               # rate 0)", "not moved", "not measured"
+  "learning_signal": {                 # method runs: did the reward ever tell a prompt's completions apart?
+    "zero_std_groups_mean": float | null,      # share of groups whose G rewards were equal (null: no groups, DPO)
+    "source": str,                             # where it was read (engine: every step; TRL: its logged points)
+    "no_learning_signal": bool | null          # true: every group of every step had equal rewards (advantage 0)
+  },
+  "evaluation": {                      # runs that evaluated: the numerics the policy was scored in (bench.model.numerics)
+    "precision": {"storage": str, "compute": "bfloat16 autocast, float32 residual stream" | "float32"},
+    "before_precision": {...} | null,          # the warm start's (the 'before' score's); null: none read
+    "same_numerics": bool | null               # before and after scored alike (false: a precision shift)
   },
   "generation": null | {str: value},   # the decoding settings of the evaluation (GenerationConfig fields)
   "data_checks": {                     # every run (stages too), recorded before training (bench.task.data.TaskData)
@@ -105,8 +120,9 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
               "lengths": LENGTHS},                      # TRL trainers with a max_length: SFT warm start, DPO,
                                                         # reward model (bench.task.lengths.LengthBudget)
   "settings": {str: value,                              # method-specific settings ("what differs" table)
-               "precision": {NET: {"storage": "float32" | "bfloat16",          # dtype the weights are kept in
-                                   "compute": "bfloat16 autocast" | "float32" | "bfloat16",
+               "precision": {NET: {"storage": "float32" | "bfloat16",          # dtype the weights are kept in (LoRA: the base)
+                                   "adapters": "float32",                      # LoRA only: the trained adapters
+                                   "compute": "bfloat16 autocast" | "float32" | "bfloat16",  # frozen ones too
                                    "optimizer_state": "float32" | null,        # null: frozen (bench.model.precision)
                                    "shared_with": "actor"}},  # reference only, LoRA on the suite's engine: it
                                        # runs the actor's own weights (adapters off), so it has the actor's
