@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 from bench.execution.context import RunContext
 from bench.model.loading import load_causal_lm
-from bench.model.precision import autocast_dtype, lora_roles, precision_policy
+from bench.model.precision import autocast_dtype, lora_roles, precision_policy, with_shared_reference
 from bench.config.spec import Spec
 
 
@@ -178,7 +178,8 @@ def trl_precision(spec: Spec, networks: dict[str, Any]) -> dict[str, dict[str, A
         stored = str(next(net.parameters()).dtype).replace("torch.", "")
         if policy[role]["storage"] != stored:  # a network stored otherwise than the policy says: record what is there
             policy[role] = {**policy[role], "storage": stored}
-    return policy
+    # Under LoRA TRL's reference is the policy's base with the adapters off (trainer_networks): the actor's weights.
+    return with_shared_reference(policy) if spec.train.lora.enabled else policy
 
 
 class ProgressCallback(TrainerCallback):

@@ -242,3 +242,23 @@ def test_sample_pool_samples_its_bf16_policy_in_the_actors_numerics(tmp_path, mo
     with ctx.telemetry:
         sample_pool.train(ctx)
     assert seen == [(torch.bfloat16, True, True)]
+
+
+def test_trl_lora_stores_the_frozen_base_in_bf16_and_starts_at_kl_0(tmp_path, model_dirs):  # noqa: F811
+    """TRL's GRPO under LoRA and a bfloat16 spec: the frozen base in bf16 (half a float32 base; issue 21 item 10),
+    the adapters float32 (peft's upcast), the reference the base with adapters off (shared), first KL 0."""
+    from baselines import grpo
+
+    ctx = _trl_context(tmp_path, model_dirs[0], "grpo")
+    lora = ctx.spec.train.lora
+    lora.enabled, lora.r, lora.alpha = True, 4, 8
+    ctx.spec.methods["grpo"].learning_rate = 1e-3
+    with ctx.telemetry:
+        outcome = grpo.train(ctx)
+    frozen = {p.dtype for p in outcome.policy.parameters() if not p.requires_grad}
+    trained = {p.dtype for p in outcome.policy.parameters() if p.requires_grad}
+    assert frozen == {torch.bfloat16} and trained == {torch.float32}
+    precision = outcome.settings["precision"]
+    assert precision["actor"]["storage"] == "bfloat16" and precision["actor"]["adapters"] == "float32"
+    assert precision["reference"]["shared_with"] == "actor"
+    assert outcome.log_history[0]["kl"] == 0.0
