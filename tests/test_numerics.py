@@ -89,6 +89,8 @@ def test_evaluation_precision_names_storage_and_compute(tmp_path):
     assert evaluation_precision(fp32, "bfloat16") == {"storage": "float32",
                                                       "compute": "bfloat16 autocast, float32 residual stream"}
     assert evaluation_precision(fp32, "float32") == {"storage": "float32", "compute": "float32"}
+    vllm = {"backend": "vllm", "vllm": {"dtype": "bfloat16"}}  # vLLM decodes in its own kernels
+    assert evaluation_precision(fp32, "bfloat16", vllm)["compute"] == "vllm (bfloat16)"
 
 
 def _bf16_checkpoint(policy_dir: Path, out: Path) -> Path:

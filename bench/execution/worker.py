@@ -580,7 +580,7 @@ def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], te
         evaluation = evaluate(outcome.policy, outcome.tokenizer, rows, spec.eval.max_new_tokens,
                               spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
     return {**evaluation, "prompt_style": style,
-            "precision": evaluation_precision(outcome.policy, spec.model.dtype)}
+            "precision": evaluation_precision(outcome.policy, spec.model.dtype, settings)}
 
 
 # -- the result -----------------------------------------------------------------------------------

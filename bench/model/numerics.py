@@ -103,9 +103,13 @@ def storage_of(model: Any) -> str:
     return " + ".join(sorted(counts, key=lambda k: -counts[k])) or "none"
 
 
-def evaluation_precision(model: Any, model_dtype: str) -> dict[str, str]:
+def evaluation_precision(model: Any, model_dtype: str, settings: dict[str, Any] | None = None) -> dict[str, str]:
     """``result["evaluation"]["precision"]``: {'storage': the evaluated policy's parameter dtypes ('float32', or
     'bfloat16 + float32' for a bf16 LoRA base with its adapters), 'compute': :data:`COMPUTE_AUTOCAST` under a
-    bfloat16 spec, else 'float32'}. Two results with the same 'compute' were scored in the same numerics."""
-    compute = COMPUTE_AUTOCAST if autocast_dtype(model_dtype) else "float32"
+    bfloat16 spec, else 'float32'; with the vllm backend (``settings['backend']``, bench.model.generation) vLLM
+    decodes in its own kernels: 'vllm (<dtype>)'}. Two results with the same 'compute' were scored alike."""
+    if (settings or {}).get("backend") == "vllm":
+        compute = f"vllm ({((settings or {}).get('vllm') or {}).get('dtype', model_dtype)})"
+    else:
+        compute = COMPUTE_AUTOCAST if autocast_dtype(model_dtype) else "float32"
     return {"storage": storage_of(model), "compute": compute}
