@@ -166,13 +166,18 @@ def backend_args(spec: Any, decoding: dict[str, Any]) -> dict[str, Any]:
     return trl_vllm_args(spec, decoding)
 
 
-def backend_settings(config: "GRPOConfig") -> dict[str, Any]:
+def backend_settings(config: "GRPOConfig", policy: Any = None) -> dict[str, Any]:
     """settings["generation_backend"] (and settings["vllm"] with vLLM): what the report marks per method, lists
-    in "what differs" and uses to show vLLM's preallocation apart from training memory."""
+    in "what differs" and uses to show vLLM's preallocation apart from training memory; with the policy's adopted
+    engine (bench.model.vllm_backend.adopt_trl_engine) also its record (KV cache, weight syncs)."""
     if not config.use_vllm:
         return {"generation_backend": "transformers"}
+    from bench.model.vllm_backend import attached
+
+    engine = attached(policy) if policy is not None else None
     return {"generation_backend": "vllm",
-            "vllm": {"mode": config.vllm_mode, "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
+            "vllm": {**(engine.record() if engine is not None else {}),
+                     "mode": config.vllm_mode, "gpu_memory_utilization": config.vllm_gpu_memory_utilization,
                      "importance_sampling_correction": config.vllm_importance_sampling_correction,
                      "importance_sampling_mode": config.vllm_importance_sampling_mode}}
 
@@ -224,6 +229,10 @@ def train(ctx: RunContext) -> TrainOutcome:
         dataset = dataset.add_column("prompt_id", list(range(len(rows))))
     trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=lora_config(spec))
+    if config.use_vllm and world_size() == 1:  # TRL's colocated vLLM, synced and reused as the suite's own engine
+        from bench.model.vllm_backend import adopt_trl_engine
+
+        adopt_trl_engine(trainer, sampling_settings(spec, tokenizer, greedy=False).get("vllm") or {})
     run_trainer(ctx, trainer, t.steps)
     problems = monitor_problems(trainer.reward_funcs, trainer.state.log_history)
     counters = ctx.telemetry.counters
@@ -240,7 +249,7 @@ def train(ctx: RunContext) -> TrainOutcome:
                   "loss_aggregation": "sequence_mean" if config.loss_type == "grpo" else config.loss_type,
                   "kl_bias_correction": config.use_bias_correction_kl,
                   "generation": decoding_settings(spec.generation),
-                  **backend_settings(config),
+                  **backend_settings(config, trainer.model),
                   "precision": trl_precision(spec, resident)},
         metrics={"monitor_problems": "; ".join(problems)} if problems else {},
     )

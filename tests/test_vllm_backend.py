@@ -74,6 +74,35 @@ def test_transformers_settings_never_reach_vllm() -> None:
     assert vb.attached(model) is None and out.shape[1] <= len(PROMPTS[0]) + MAX_NEW
 
 
+def test_trl_engine_is_adopted_synced_by_the_suite_and_attached_to_the_policy() -> None:
+    """TRL GRPO's colocated LLM: its sync_weights becomes the suite's (one reload per weight change), and the policy
+    carries it for the evaluation after training. A stand-in LLM records what it is asked (no vLLM needed)."""
+    from types import SimpleNamespace
+
+    class FakeLLM:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, list[str]]] = []
+
+        def collective_rpc(self, method: str, kwargs: dict[str, Any]) -> None:
+            self.calls.append((method, [name for name, _ in kwargs["weights_iterator"]]))
+
+        def reset_prefix_cache(self) -> None:
+            pass
+
+    model, llm = _model(), FakeLLM()
+    trainer = SimpleNamespace(model=model, vllm_generation=SimpleNamespace(llm=llm, sync_weights=None))
+    generator = vb.adopt_trl_engine(trainer, {"dtype": "float32"})
+    assert vb.attached(model) is generator
+    trainer.vllm_generation.sync_weights()
+    assert llm.calls == []  # the weights TRL's engine started with are the model's
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)  # what an optimizer step does: an in-place write
+    trainer.vllm_generation.sync_weights()
+    trainer.vllm_generation.sync_weights()
+    assert [method for method, _ in llm.calls] == ["reload_weights"]
+    assert "model.layers.0.self_attn.q_proj.weight" in llm.calls[0][1]
+
+
 # -- the engine -------------------------------------------------------------------------------------------------
 def _model(seed: int = 0) -> Any:
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -255,6 +255,19 @@ class VllmGenerator:
         self.sleeping = False
         self.load(model)
 
+    @classmethod
+    def adopt(cls, llm: Any, model: Any, options: dict[str, Any]) -> "VllmGenerator":
+        """An engine someone else started (TRL GRPO's colocated ``vllm.LLM``) driven as this class drives its own:
+        the same weight load, sync rule and record. Its weights are taken to be the model's as it is now."""
+        generator = cls.__new__(cls)
+        generator.options, generator.on_cpu, generator.sync_enabled = dict(options), _on_cpu(model), True
+        generator._folder = None
+        generator.llm = llm
+        generator.start_seconds = 0.0  # started inside TRL's trainer: timed there, not here
+        generator.syncs, generator.sync_seconds, generator.sleeping = 0, 0.0, False
+        generator._synced_version = parameter_versions(model)
+        return generator
+
     # -- weights -------------------------------------------------------------------------------------------------
     def load(self, model: Any) -> None:
         """Load ``model``'s current weights (LoRA merged) into the engine, whatever the sync setting."""
@@ -343,7 +356,7 @@ class VllmGenerator:
 
         sleep = ("on around the optimizer step (level 1)" if self.sleep_available()
                  else "not available on this platform (" + ("cpu" if self.on_cpu else "no sleep mode") + ")")
-        return {"mode": "in-process (colocate)", "version": getattr(vllm, "__version__", "unknown"),
+        return {"mode": "colocate", "process": "the training process (no engine subprocess, no server)", "version": getattr(vllm, "__version__", "unknown"),
                 **{k: v for k, v in self.options.items()}, "logprobs_mode": LOGPROBS_MODE,
                 "kv_cache": self.kv_cache(), "start_seconds": round(self.start_seconds, 3),
                 "weight_syncs": self.syncs, "sync_seconds": round(self.sync_seconds, 3),
@@ -382,3 +395,19 @@ def backend_settings(model: Any, settings: dict[str, Any]) -> dict[str, Any]:
     if backend != "vllm" or generator is None:
         return {"generation_backend": backend}
     return {"generation_backend": "vllm", "vllm": generator.record()}
+
+
+def adopt_trl_engine(trainer: Any, options: dict[str, Any]) -> VllmGenerator:
+    """TRL GRPO's colocated vLLM (``trainer.vllm_generation.llm``) as the policy's engine, in one process.
+
+    TRL's own ``sync_weights`` calls the engine model's ``load_weights`` directly, which vLLM 0.32 no longer accepts
+    after loading (its fused layers lose ``weight_loader``); it is replaced by :meth:`VllmGenerator.sync` (vLLM's
+    in-place reload, LoRA merged), which TRL still calls before every generation. The engine is attached to the
+    policy, so the evaluation after training decodes with it (synced) instead of starting a second one. Only for a
+    single process: with several, TRL's gathering sync is kept.
+    """
+    vllm_generation = trainer.vllm_generation
+    generator = VllmGenerator.adopt(vllm_generation.llm, trainer.model, options)
+    vllm_generation.sync_weights = lambda: generator.sync(trainer.model)
+    attach(trainer.model, generator)
+    return generator
