@@ -759,7 +759,7 @@ class SamplerMismatch:
         self.seen[rows.cpu()[fresh]] = True
         keep = fresh.to(logp.device)
         mask = batch.mask[rows][keep]
-        d = (logp[keep].float() - batch.sampler_logprobs[rows][keep])[mask]
+        d = (logp[keep].double() - batch.sampler_logprobs[rows][keep].double())[mask]  # float64: exp(d) - 1 - d >= 0
         self.abs_sum += float(d.abs().sum())
         self.kl_sum += float((torch.exp(d) - 1 - d).sum())
         self.tokens += int(d.numel())

@@ -105,18 +105,18 @@ def main(argv: list[str] | None = None) -> None:
     vllm_spec = load_spec(args.preset, [*args.overrides, "generation.backend=vllm"])
     from bench.model.generation import vllm_options
 
-    results = {"transformers": timed_batches(model, tokenizer, prompts, {**plain, "backend": "transformers"},
-                                             args.repeats),
-               "vllm": timed_batches(model, tokenizer, prompts,
-                                     {**plain, "backend": "vllm", "vllm": vllm_options(vllm_spec)}, args.repeats)}
     shape = (f"{len(prompts)} prompts x {args.samples} samples, max {budget} new tokens"
              f"{' (fixed length)' if args.fixed_length else ''}, {torch.get_num_threads()} torch threads, "
              f"model {args.model_dir or spec.model.source}, dtype {spec.model.dtype}")
-    print(f"generation benchmark: {shape}")
-    print(f"{'backend':<13} {'first batch s':>14} {'tokens/s':>10} {'completions/s':>14} {'tokens':>8}")
-    for name, r in results.items():
+    print(f"generation benchmark: {shape}", flush=True)
+    print(f"{'backend':<13} {'first batch s':>14} {'tokens/s':>10} {'completions/s':>14} {'tokens':>8}", flush=True)
+    backends = {"transformers": {**plain, "backend": "transformers"},
+                "vllm": {**plain, "backend": "vllm", "vllm": vllm_options(vllm_spec)}}
+    results: dict[str, dict[str, Any]] = {}
+    for name, settings in backends.items():  # each line as soon as it is measured: a slow backend may be cut off
+        r = results[name] = timed_batches(model, tokenizer, prompts, settings, args.repeats)
         print(f"{name:<13} {r['first_batch_s']:>14.2f} {r['tokens_per_s']:>10.1f} {r['completions_per_s']:>14.2f} "
-              f"{r['tokens']:>8}")
+              f"{r['tokens']:>8}", flush=True)
     hf, vl = results["transformers"], results["vllm"]
     print(f"{'vllm / hf':<13} {vl['first_batch_s'] / hf['first_batch_s']:>14.2f} "
           f"{vl['tokens_per_s'] / hf['tokens_per_s']:>10.2f} {vl['completions_per_s'] / hf['completions_per_s']:>14.2f}")
