@@ -13,6 +13,7 @@ keeps the old weights' output); LoRA adapters are merged before the load; the KV
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Any
 
 import pytest
@@ -72,6 +73,18 @@ def test_transformers_settings_never_reach_vllm() -> None:
     ids = torch.tensor([PROMPTS[0]])
     out = generate(model, ids, torch.ones_like(ids), {**_settings(), "backend": "transformers"})
     assert vb.attached(model) is None and out.shape[1] <= len(PROMPTS[0]) + MAX_NEW
+
+
+def test_trls_engine_gets_the_cpu_kv_cache_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRL passes vLLM no KV-cache size; on a CPU vLLM would take 0.3 of free memory (6.3 GiB measured here)."""
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND"):
+        monkeypatch.delenv(name, raising=False)
+    vb.prepare_trl_environment({"cpu_kv_cache_gib": 0.25}, "cuda")
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    vb.prepare_trl_environment({"cpu_kv_cache_gib": 0.25}, "cpu")
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"  # whole GiB, rounded up
+    vb.prepare_trl_environment({"cpu_kv_cache_gib": 2.5}, "cpu")
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
 
 
 def test_trl_engine_is_adopted_synced_by_the_suite_and_attached_to_the_policy() -> None:

@@ -136,6 +136,18 @@ def prepare_environment(options: dict[str, Any], threads: int | None = None) -> 
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
 
+def prepare_trl_environment(options: dict[str, Any], device: str) -> None:
+    """Before TRL's GRPOTrainer starts its colocated vLLM: the engine in this process and, on a CPU, its KV-cache
+    space. TRL passes no KV-cache size, and vLLM's CPU build would then reserve gpu_memory_utilization of the
+    machine's free memory (0.3 of 20 GiB: about 6 GiB measured); VLLM_CPU_KVCACHE_SPACE (whole GiB, at least 1) holds it
+    to ``cpu_kv_cache_gib`` rounded up."""
+    import math
+
+    prepare_environment(options)
+    if device == "cpu":
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(float(options.get("cpu_kv_cache_gib", 1.0)))))
+
+
 def _on_cpu(model: Any) -> bool:
     return next(model.parameters()).device.type == "cpu"
 
