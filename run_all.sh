@@ -10,8 +10,8 @@
 #                                for tests: print the PyTorch wheel index chosen for a driver that supports
 #                                CUDA_VERSION (e.g. 12.2) and exit; sets nothing up
 # Default preset: gsm8k-qwen0.5b when an NVIDIA GPU is visible, cpu-tiny otherwise.
-# Torch is installed first, torch==2.13.0 (torch_tested below: the version the suite is tested with; pyproject.toml pins the
-# range), when .venv has none or has one the suite cannot use:
+# Torch is installed first, torch==2.13.0 (torch_tested below: the version the suite is tested with; pyproject.toml
+# pins the range), when .venv has none or has one the suite cannot use:
 #   with an NVIDIA GPU: a CUDA build from the PyTorch wheel index chosen by the driver's CUDA major version (the
 #   "CUDA Version" nvidia-smi prints): a 12.x driver runs every 12.x build (CUDA minor-version compatibility), so
 #   12.2 -> .../whl/cu129, the newest 12.x index that serves the suite's torch (then cu128, cu126 if that fails);

@@ -94,9 +94,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         suite_dir = Path(args.out).expanduser()
     elif args.resume:
         latest = reports_dir / "latest"
-        if not latest.exists():
+        if not os.path.lexists(latest):
             raise UserError(f"--resume without --out continues {shown(latest)}, which does not exist; pass --out FOLDER")
-        suite_dir = check_path(latest.resolve(), "dir", "--resume: reports/latest")
+        suite_dir = check_path(latest, "dir", "--resume without --out continues", hint="pass --out FOLDER").resolve()
     else:
         suite_dir = default_out_dir(spec, reports_dir)
     check_suite_dir(spec, suite_dir.resolve(), args.resume)  # a busy or wrong folder: one line, before the plan

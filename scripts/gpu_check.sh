@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the one-GPU systems check (issues 7 and 10), in steps, each a one-point sweep of the
+# gpu_check.sh — the one-GPU systems check (issues 7, 10 and 21), in steps, each a one-point sweep of the
 # systems-qwen0.5b preset (Qwen2.5 real shapes, random weights, no download; every run stores the memory model's
 # prediction beside its measurement, and an out-of-memory is recorded with its phase, not as a failure):
 #   0. telemetry plumbing (python -m bench.systems.gpu_check_telemetry): per-phase cuda-allocated peaks against known
 #      allocations; NVML process memory present, or absent with the reason ("no CUDA: skipped" on a CPU).
-#   1. every method at 0.5B at the GSM8K preset's shapes (16 prompts x G 8, 512 new tokens, micro-batch 8),
-#      1 warm-up + 2 measured steps.
+#   1. every method at 0.5B at the GSM8K preset's batch shapes (16 prompts x G 8, micro-batch 8), shortened to what
+#      still measures every method's peak in every phase: 1 warm-up + 1 measured step, 256 fixed-length new
+#      tokens, a 32-prompt pool (bench.systems.gpu_check_plan.STEP_SHAPE / SWEEP_STEPS).
 #   2. the largest of Qwen2.5 1.5B / 3B / 7B that the memory model predicts fits the GPU's free memory for the
-#      engine's GRPO, PPO (verifier) and DPO, and that step 1's times say fits the time left
-#      (python -m bench.systems.gpu_check_plan step2: each skipped size says why); those three methods, same shapes/steps.
+#      engine's GRPO, PPO (verifier) and DPO and their stages, and whose time — estimated from step 1's measured
+#      decode and update times, split by a roofline into weight-bound and launch-bound shares — fits step 2's own
+#      budget (python -m bench.systems.gpu_check_plan step2: each skipped size says why); those three methods, the
+#      same shapes and steps.
 #   3. with 2+ GPUs and deepspeed importable: TRL's GRPO at 0.5B, two processes under ZeRO-2
 #      (--launcher accelerate --num-processes 2 --accelerate-config bench/config/accelerate/zero2.yaml); else one line
 #      saying why it was skipped.
@@ -19,16 +22,19 @@
 #   scripts/gpu_check.sh --fetch-wheels DIR          on a machine WITH a package index: download the suite's
 #                                                    packages a bare GPU image lacks (below)
 #
-# Takes: not yet run on a GPU. Estimated 8 minutes on one H100/H200-class GPU, bounded by GPU_CHECK_TIMEOUT
-# (default 480 s) for all steps together; step 2 gets what step 1 leaves and is skipped when no size fits it.
-# Set-up adds seconds when the packages are there.
+# Takes: not yet run on a GPU. Each step has its own budget (seconds; unused time rolls over to the next step, and
+# each step's guard keeps the later steps' budgets free): step 0 20, step 1 240, step 2 180, step 3 60, the table
+# and copies 20, inside a total of 540 s (GPU_CHECK_TIMEOUT) — 9 minutes, which leaves a 15-minute device
+# allowance room for the machine's start, the transfers and set-up (under 60 s when the packages are there, so one
+# 10-minute device command holds set-up and the check). Step 1 estimated 3-4 minutes on one H100/H200-class GPU,
+# most of it worker start-up (8 runs) and HF generate; step 2 runs only when its estimate fits its budget.
 # --cpu-rehearsal: the same steps on a CPU at rehearsal scale (device=cpu, one layer, widths / 16, the real
 # vocabulary, 4 fixed-length new tokens, 2 prompts x G 2); step 2 chooses among the scaled 1.5B / 3B / 7B against
-# the host's available memory. Meant to take under 5 minutes on 2 cores (tests/test_gpu_check.py runs it).
-# --dry-run: pick the Python, print step 1's plan and the commands, run nothing (no GPU needed).
+# the host's available memory. Meant to take under 5 minutes on a quiet 2-core machine (tests/test_gpu_check.py runs it).
+# --dry-run: pick the Python, print the budgets, step 1's plan and the commands, run nothing (no GPU needed).
 #
 # Exit status: 0 when every run finished ok (or ran out of memory at its point: a finding) and the telemetry check
-# passed; 1 otherwise; 124 when the guard stopped step 1 (137 when it had to kill it 30 s later); 2 for a set-up
+# passed; 1 otherwise; 124 when its guard stopped step 1 (137 when it had to kill it 30 s later); 2 for a set-up
 # problem (one line says what to do).
 #
 # Python, first that works: $GPU_CHECK_PYTHON; .venv/bin/python (made by ./run_all.sh); python3 (a GPU image's
@@ -38,7 +44,8 @@
 # Environment:
 #   OUT                  copy table.txt, step2-plan.json, telemetry-check.txt, step3.txt, run.log, nvidia-smi.txt
 #                        and each step's results.csv / summary.md / results.json to $OUT/gpu-check
-#   GPU_CHECK_TIMEOUT    seconds all steps together may run (default 480)
+#   GPU_CHECK_TIMEOUT    seconds all steps together may run (default 540; set-up comes before the clock)
+#   GPU_CHECK_STEP0_S / _STEP1_S / _STEP2_S / _STEP3_S   each step's own budget (defaults 20 / 240 / 180 / 60)
 #   GPU_CHECK_PYTHON     interpreter to use
 #   GPU_CHECK_WHEELS     wheel folder installed offline into a private site folder when python3 lacks packages
 #   GPU_CHECK_SUITE_DIR  check folder to write (step1/, step2/, step3/ are suite folders), relative to the repo
@@ -51,7 +58,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 preset="${GPU_CHECK_PRESET:-systems-qwen0.5b}"
-limit="${GPU_CHECK_TIMEOUT:-480}"
+limit="${GPU_CHECK_TIMEOUT:-540}"
+budget0="${GPU_CHECK_STEP0_S:-20}"
+budget1="${GPU_CHECK_STEP1_S:-240}"
+budget2="${GPU_CHECK_STEP2_S:-180}"
+budget3="${GPU_CHECK_STEP3_S:-60}"
 wheels="${GPU_CHECK_WHEELS:-.whl}"
 suite="${GPU_CHECK_SUITE_DIR:-reports/gpu-check-$(date -u +%Y%m%d-%H%M%S)}"
 # Wheels go into a private folder whose path contains "site-packages": dill (which datasets uses to fingerprint)
@@ -67,6 +78,10 @@ say() { printf '[gpu_check] %s\n' "$*" >&2; }
 die() { printf '[gpu_check] error: %s\n' "$*" >&2; exit 2; }
 
 [[ "$limit" =~ ^[0-9]+$ ]] && [ "$limit" -gt 0 ] || die "GPU_CHECK_TIMEOUT must be a positive number of seconds, got '$limit'"
+for pair in "STEP0_S:$budget0" "STEP1_S:$budget1" "STEP2_S:$budget2" "STEP3_S:$budget3"; do
+  [[ "${pair#*:}" =~ ^[0-9]+$ ]] && [ "${pair#*:}" -gt 0 ] \
+    || die "GPU_CHECK_${pair%%:*} must be a positive number of seconds, got '${pair#*:}'"
+done
 
 # can_run PYTHON: the interpreter imports everything the suite needs (and the suite itself, from this checkout).
 can_run() {
@@ -166,14 +181,23 @@ py=""
 pick_python
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1   # nothing is downloaded
 if [ "$rehearsal" = 1 ]; then overrides=("${rehearsal_overrides[@]}" ${overrides[@]+"${overrides[@]}"}); fi
-# point SIZE: the overrides that make a step one sweep point at SIZE (1 warm-up + 2 measured steps).
-point() { printf '%s\n' "sweep.axes={model.architecture: [$1]}" sweep.steps=2 sweep.warmup_steps=1; }
+# The shortened shape of steps 1 and 2 comes first: the rehearsal's and the user's overrides win over it.
+mapfile -t step_shape < <("$py" -c 'from bench.systems.gpu_check_plan import STEP_SHAPE; print("\n".join(STEP_SHAPE))')
+[ "${#step_shape[@]}" -gt 0 ] || die "could not read the step shape from bench.systems.gpu_check_plan"
+overrides=("${step_shape[@]}" ${overrides[@]+"${overrides[@]}"})
+# point SIZE: the overrides that make a step one sweep point at SIZE (1 warm-up + 1 measured step).
+mapfile -t sweep_steps < <("$py" -c 'from bench.systems.gpu_check_plan import SWEEP_STEPS; print("\n".join(SWEEP_STEPS))')
+point() { printf '%s\n' "sweep.axes={model.architecture: [$1]}" "${sweep_steps[@]}"; }
 mapfile -t step1_point < <(point qwen2.5-0.5b)
+budgets="step 0 ${budget0} s, step 1 ${budget1} s, step 2 ${budget2} s, step 3 ${budget3} s, table ${reserve_s} s"
+budget_sum=$((budget0 + budget1 + budget2 + budget3 + reserve_s))
 run1=("$py" -m bench run --preset "$preset" --out "$suite/step1" ${overrides[@]+"${overrides[@]}"} "${step1_point[@]}")
 
 if [ "$dry_run" = 1 ]; then
   say "python: $py"
-  say "would run (all steps within ${limit} s): ${run1[*]}"
+  say "budgets: ${budgets} = ${budget_sum} s within a total of ${limit} s (unused time rolls over to the next step)"
+  if [ "$budget_sum" -gt "$limit" ]; then say "warning: the budgets add up to more than GPU_CHECK_TIMEOUT; the later steps get less"; fi
+  say "would run (step 1): ${run1[*]}"
   say "then: $py -m bench.systems.gpu_check_plan step2 --step1 $suite/step1 ... (step 2); $py -m bench.systems.gpu_check_plan step3"
   say "then: $py -m bench.systems.gpu_check_table $suite"
   "$py" -m bench run --preset "$preset" --dry-run ${overrides[@]+"${overrides[@]}"} "${step1_point[@]}"
@@ -187,12 +211,24 @@ log="$suite/run.log"
 : > "$log"
 start=$SECONDS
 left() { echo $((limit - (SECONDS - start))); }
+# guard_for K: seconds step K may run now: up to its cumulative deadline (its budget plus what earlier steps left
+# unused), never into the later steps' budgets or the table's reserve, never past the total.
+guard_for() {
+  local k="$1" deadline=0 later="$reserve_s" i b elapsed=$((SECONDS - start))
+  local all=("$budget0" "$budget1" "$budget2" "$budget3")
+  for i in 0 1 2 3; do
+    b="${all[$i]}"
+    if [ "$i" -le "$k" ]; then deadline=$((deadline + b)); else later=$((later + b)); fi
+  done
+  local by_deadline=$((deadline - elapsed)) by_total=$((limit - elapsed - later))
+  if [ "$by_deadline" -lt "$by_total" ]; then echo "$by_deadline"; else echo "$by_total"; fi
+}
 # guarded SECONDS KILL_AFTER CMD...: CMD under the guard, its output appended to the log; status 124 without running
 # it when no time is left (timeout(1) would refuse a limit of 0 or less with its own status 125).
 guarded() {
   local seconds="$1" kill_after="$2"; shift 2
   if [ "$seconds" -le 0 ]; then
-    say "no time left under the ${limit} s guard: not started"
+    say "no time left under this step's guard (its budget, within the ${limit} s total): not started"
     return 124
   fi
   timeout --signal=INT --kill-after="$kill_after" "$seconds" "$@" 2>&1 | tee -a "$log"
@@ -212,19 +248,26 @@ fi
 device_arg=()
 if [ "$rehearsal" = 1 ]; then device_arg=(--device cpu); fi
 set +e
-"$py" -m bench.systems.gpu_check_telemetry ${device_arg[@]+"${device_arg[@]}"} | tee "$suite/telemetry-check.txt"
-telemetry_rc=${PIPESTATUS[0]}
+guard0=$(guard_for 0)
+if [ "$guard0" -gt 0 ]; then
+  timeout --kill-after=5 "$guard0" "$py" -m bench.systems.gpu_check_telemetry ${device_arg[@]+"${device_arg[@]}"} \
+    | tee "$suite/telemetry-check.txt"
+  telemetry_rc=${PIPESTATUS[0]}
+else
+  echo "telemetry check: not run (no time left)" > "$suite/telemetry-check.txt"; telemetry_rc=124
+fi
 set -e
 
 # --- step 1: every method at 0.5B ---
-say "step 1 (at most $(left) s): ${run1[*]}"
+guard1=$(guard_for 1)
+say "step 1 (at most ${guard1} s): ${run1[*]}"
 set +e
-guarded "$(left)" 30 "${run1[@]}"
+guarded "$guard1" 30 "${run1[@]}"
 bench_rc=$?
 set -e
 say "step 1 finished after $((SECONDS - start)) s with status $bench_rc"
 if [ "$bench_rc" = 124 ] || [ "$bench_rc" = 137 ]; then
-  say "the ${limit} s guard stopped the suite (step 1): runs not finished show as interrupted / not run"
+  say "step 1's ${guard1} s guard stopped the suite: runs not finished show as interrupted / not run"
 fi
 if [ "$bench_rc" != 0 ] && [ -f "$suite/step1/suite.json" ]; then
   # A suite stopped by the guard may not have written its report: rebuild it from the result files (no torch).
@@ -238,7 +281,8 @@ elif [ -f "$suite/step1/suite.json" ]; then
   memory_arg=auto
   if [ "$rehearsal" = 1 ]; then memory_arg=host; fi
   set +e
-  plan_out="$("$py" -m bench.systems.gpu_check_plan step2 --step1 "$suite/step1" --seconds-left "$(( $(left) - reserve_s ))" \
+  plan_s=15   # the plan's own imports and predictions come out of step 2's budget
+  plan_out="$("$py" -m bench.systems.gpu_check_plan step2 --step1 "$suite/step1" --seconds-left "$(( $(guard_for 2) - plan_s ))" \
     --gpu-memory "$memory_arg" --preset "$preset" --write "$suite/step2-plan.json" \
     -- ${overrides[@]+"${overrides[@]}"} 2>>"$log.plan")"
   plan_rc=$?
@@ -249,7 +293,7 @@ elif [ -f "$suite/step1/suite.json" ]; then
   elif [ -n "$plan_out" ]; then
     mapfile -t step2_overrides <<< "$plan_out"
     run2=("$py" -m bench run --preset "$preset" --out "$suite/step2" "${step2_overrides[@]}")
-    guard2=$(( $(left) - reserve_s ))
+    guard2=$(guard_for 2)
     say "step 2 (at most ${guard2} s): ${run2[*]}"
     set +e
     guarded "$guard2" 15 "${run2[@]}"
@@ -267,7 +311,8 @@ set +e
 "$py" -m bench.systems.gpu_check_plan step3 > "$suite/step3.txt"
 step3_go=$?
 set -e
-if [ "$step3_go" = 0 ] && [ "$(left)" -gt $((reserve_s + 60)) ]; then
+guard3=$(guard_for 3)
+if [ "$step3_go" = 0 ] && [ "$guard3" -gt 45 ]; then
   mapfile -t step3_point < <(point qwen2.5-0.5b)
   run3=("$py" -m bench run --preset "$preset" --out "$suite/step3" --launcher accelerate --num-processes 2
         --accelerate-config bench/config/accelerate/zero2.yaml ${overrides[@]+"${overrides[@]}"}
@@ -275,12 +320,12 @@ if [ "$step3_go" = 0 ] && [ "$(left)" -gt $((reserve_s + 60)) ]; then
         methods.dpo.enabled=false "${step3_point[@]}")
   echo "step 3: ZeRO-2, 2 processes, TRL's GRPO at 0.5B: ${run3[*]}" > "$suite/step3.txt"
   set +e
-  guarded "$(( $(left) - reserve_s ))" 15 "${run3[@]}"
+  guarded "$guard3" 15 "${run3[@]}"
   step3_rc=$?
   set -e
   echo "step 3 finished with status $step3_rc" >> "$suite/step3.txt"
 elif [ "$step3_go" = 0 ]; then
-  echo "step 3 skipped: not enough time left ($(left) s)" > "$suite/step3.txt"
+  echo "step 3 skipped: not enough time left (${guard3} s of its budget)" > "$suite/step3.txt"
 fi
 say "$(cat "$suite/step3.txt")"
 

@@ -31,7 +31,7 @@ def test_export_writes_exactly_the_preset_splits(tmp_path: Path, capsys: pytest.
     stdout = capsys.readouterr().out.splitlines()
     assert stdout[0] == f"train: 400 problems -> {out / 'train.jsonl'}"
     assert stdout[1] == f"test: 30 problems -> {out / 'test.jsonl'}"
-    assert stdout[2].startswith("checks: working_overlap 0, question_overlap 0 (held out by working")
+    assert stdout[2].startswith("checks: working_overlap 0, question_overlap 0, step_overlap 0 (held out by working")
     assert sorted(p.name for p in out.iterdir()) == ["test.jsonl", "train.jsonl"]  # no temporary files left
 
 

@@ -192,3 +192,46 @@ def test_the_engine_says_why_its_zero_layouts_never_fit(capsys):
     _, out, _ = run(capsys, "--model", "llama-3.1-70b", "--method", "dpo")  # TRL: sharded, with a count
     zero3 = next(line for line in out.splitlines() if line.strip().startswith("ZeRO-3 (+ weights sharded)"))
     assert "never" not in zero3 and "bf16 modules" in out
+
+
+def test_the_7b_ppo_answer_has_an_update_near_the_hand_calculation_and_the_reward_model_stage(capsys):
+    """The done-means check of issue 21: 20.23 GiB by hand (see tests/test_memory_model.py), within 15%."""
+    _, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "ppo", "--gpu-memory", "80GiB", "--json")
+    data = json.loads(out)
+    assert abs(data["phases"]["update"]["total"] / GIB - 20.23) / 20.23 < 0.15
+    assert data["peak_moment"] == "critic forward"
+    stage = data["stages"]["reward_model"]
+    assert stage["phases"]["update"]["total"] > 0 and "evaluation" in stage["phases"] and stage["fits"] is False
+    assert set(data["stages"]) == {"sample_pool", "reward_model"}
+    assert data["outside_allocator"]["cuda_context"] > 0
+    assert data["device_peak_bytes"] == data["peak_bytes"] + sum(data["outside_allocator"].values())
+    what_if = data["what_if"]["zero3_what_if"]
+    assert what_if["gpus"] < data["gpus"]["zero3"] and "what-if" in what_if["label"]
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-7b", "llama-3.1-8b"])
+def test_json_has_no_negative_number_for_any_method(model, capsys):
+    _, out, _ = run(capsys, "--model", model, "--method", "all", "--json")
+
+    def numbers(x):
+        if isinstance(x, dict):
+            for v in x.values():
+                yield from numbers(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from numbers(v)
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            yield x
+
+    assert min(numbers(json.loads(out))) >= 0
+
+
+def test_the_table_shows_the_moment_the_stages_and_the_engine_what_if(capsys):
+    _, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "ppo")
+    for words in ("resident between steps", "at critic forward", "cuda context", "reward-model stage",
+                  "sample-pool stage", "what-if ZeRO-3", "what-if, not what the engine does"):
+        assert words in out, words
+    _, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "grpo")
+    assert "frees after each step" in out and "what-if" not in out and "stage" not in out
+    _, out, _ = run(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", "device=cpu")
+    assert "adamw foreach buffer" in out and "cuda context" not in out

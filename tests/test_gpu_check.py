@@ -3,8 +3,9 @@ step-2 plan (bench.systems.gpu_check_plan), the telemetry check (bench.systems.g
 (bench.systems.gpu_check_table).
 
 The script is rehearsed on this CPU through its --cpu-rehearsal flag (one layer, widths / 16, the real
-151,936-entry vocabulary, 4 fixed-length new tokens), so it cannot rot between GPU sessions: one run (a few
-minutes on 2 cores) is shared by the tests that read its output.
+151,936-entry vocabulary, 4 fixed-length new tokens), so it cannot rot between GPU sessions: one run (under 5
+minutes on a quiet 2-core machine; the fixture gives each step a generous budget, so a busy machine only makes it
+slower) is shared by the tests that read its output.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     root = tmp_path_factory.mktemp("gpu-check")
     check, out = root / "check", root / "out"
     proc = run_script("--cpu-rehearsal", env_extra={"BENCH_CACHE_DIR": str(root / "cache"), "OUT": str(out),
-                                                    "GPU_CHECK_SUITE_DIR": str(check), "GPU_CHECK_TIMEOUT": "1200"},
-                      timeout=1500)
+                                                    "GPU_CHECK_SUITE_DIR": str(check), "GPU_CHECK_TIMEOUT": "1800",
+                                                    "GPU_CHECK_STEP1_S": "1000", "GPU_CHECK_STEP2_S": "600"},
+                      timeout=2100)
     return proc, check / "step1", out
 
 
@@ -168,12 +170,24 @@ def test_small_files_come_back_under_out(rehearsal: tuple[subprocess.CompletedPr
 
 
 # --- the script's arguments (no run) ---------------------------------------------------------------------------
-def test_dry_run_prints_the_plan_with_the_overrides(tmp_path: Path) -> None:
-    proc = run_script("--dry-run", "train.steps=2", env_extra={"GPU_CHECK_SUITE_DIR": str(tmp_path / "s")},
+def test_dry_run_prints_the_budgets_and_the_shortened_step_1(tmp_path: Path) -> None:
+    """Step 1 is 1 warm-up + 1 measured step at 256 fixed-length new tokens (the shape comes first, so a user's
+    override wins); each step's budget is printed, and together they fit the default total (a 15-minute device
+    allowance with room for the machine's start and set-up)."""
+    from bench.systems.gpu_check_plan import STEP_SHAPE
+
+    proc = run_script("--dry-run", "train.prompts_per_step=8", env_extra={"GPU_CHECK_SUITE_DIR": str(tmp_path / "s")},
                       timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "matched budget: 2 steps x 16 prompts x G=8 = 128 completions/step, 512 new tokens" in proc.stdout
-    assert f"--preset {PRESET} --out {tmp_path / 's' / 'step1'} train.steps=2 sweep.axes=" in proc.stderr
+    assert "x 8 prompts x G=8 = 64 completions/step, 256 new tokens" in proc.stdout
+    assert "1 warm-up + 1 measured steps each" in proc.stdout
+    assert (f"--preset {PRESET} --out {tmp_path / 's' / 'step1'} {' '.join(STEP_SHAPE)} train.prompts_per_step=8 "
+            f"sweep.axes=") in proc.stderr
+    budgets = re.search(r"budgets: step 0 (\d+) s, step 1 (\d+) s, step 2 (\d+) s, step 3 (\d+) s, table (\d+) s = "
+                        r"(\d+) s within a total of (\d+) s", proc.stderr)
+    assert budgets, proc.stderr
+    *parts, total, limit = map(int, budgets.groups())
+    assert sum(parts) == total <= limit <= 9 * 60  # 9 minutes of steps: set-up, start and transfers fit the 15
     assert not (tmp_path / "s").exists()
 
 
@@ -181,13 +195,22 @@ def test_the_guard_stops_the_suite_with_status_124(tmp_path: Path) -> None:
     proc = run_script("device=cpu", env_extra={"GPU_CHECK_SUITE_DIR": str(tmp_path / "s"), "GPU_CHECK_TIMEOUT": "1",
                                                "BENCH_CACHE_DIR": str(tmp_path / "cache")}, timeout=300)
     assert proc.returncode == 124, proc.stderr[-2000:]
-    assert "the 1 s guard stopped the suite" in proc.stderr
+    assert "guard stopped the suite" in proc.stderr and "not started" in proc.stderr
+
+
+def test_step_1_has_its_own_budget_whatever_the_total(tmp_path: Path) -> None:
+    proc = run_script("device=cpu", env_extra={"GPU_CHECK_SUITE_DIR": str(tmp_path / "s"), "GPU_CHECK_TIMEOUT": "5000",
+                                               "GPU_CHECK_STEP0_S": "1", "GPU_CHECK_STEP1_S": "1",
+                                               "BENCH_CACHE_DIR": str(tmp_path / "cache")}, timeout=300)
+    assert proc.returncode == 124, proc.stderr[-2000:]
+    assert "step 1's" in proc.stderr or "not started" in proc.stderr
 
 
 @pytest.mark.parametrize("args, env, message", [
     (["steps"], {}, "unknown argument 'steps'"),
     (["--fetch-wheels"], {}, "--fetch-wheels needs a folder"),
     ([], {"GPU_CHECK_TIMEOUT": "soon"}, "GPU_CHECK_TIMEOUT must be a positive number"),
+    ([], {"GPU_CHECK_STEP2_S": "0"}, "GPU_CHECK_STEP2_S must be a positive number"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args: list[str], env: dict[str, str], message: str) -> None:
     proc = run_script(*args, env_extra=env, timeout=120)
@@ -339,12 +362,47 @@ def test_step_2_chooses_the_largest_size_that_fits_memory_and_time(gpu_gib: int,
     assert lines[-1] == (f"step 2: {chosen}" if chosen else "step 2 skipped: no size fits (see above)")
 
 
-def test_step_2_without_step_1_times_says_so() -> None:
-    from bench.systems.gpu_check_plan import choose, estimate_seconds
+def _work(parameters: float, layers: int):
+    from bench.systems.gpu_check_plan import Work
 
-    assert estimate_seconds({"warm_start": 10.0}, 3.0) is None  # the methods' times are missing
-    assert estimate_seconds({n: 10.0 for n in ("warm_start", "sample_pool", "grpo_engine", "ppo_verifier", "dpo")},
-                            3.0) == pytest.approx(5 * (20.0 + 30.0))
+    return Work(int(parameters), layers, decode_steps=2 * 256, tokens=2 * 128 * 512,
+                checkpoint_bytes=int(parameters * 2))
+
+
+def test_step_2_is_estimated_from_the_measured_decode_and_update_times() -> None:
+    """A launch-bound measurement (far slower than the roofline: a small model on a big GPU) grows with the layer
+    count, not the parameters; a weight-bound one with the parameters; the fixed cost with the checkpoint loads."""
+    from bench.systems.gpu_check_plan import (DECODE_BYTES_PER_PARAMETER, DEVICE_RATES, UPDATE_FLOPS_PER_PARAMETER_TOKEN,
+                                              RunTime, device_rates, run_seconds, scaled, weight_share)
+
+    at, to = _work(0.494e9, 24), _work(7.6e9, 28)  # Qwen2.5 0.5B -> 7B
+    rates = device_rates("NVIDIA H200")
+    assert rates == DEVICE_RATES[0][1:] and device_rates("cpu") != rates and device_rates("mystery GPU")
+    roofline = DECODE_BYTES_PER_PARAMETER * at.parameters * at.decode_steps / rates[0]  # ~0.4 s on an H200
+    run = RunTime("grpo_engine", wall_s=70.0, phases={"generation": 40.0, "update": 10.0, "advantage": 0.1})
+    estimate = run_seconds(run, at, to, rates)
+    share = weight_share(40.0, roofline)
+    assert share < 0.02  # 40 s measured against a 0.4 s roofline: launch-bound
+    decode = 40.0 * (share * to.parameters / at.parameters + (1 - share) * 28 / 24)
+    assert decode < 40.0 * 1.5  # ~1.4x the step-1 decode, where the parameter ratio alone says 15x
+    assert estimate < 70.0 * to.parameters / at.parameters / 5  # far below the parameter-ratio estimate
+    fixed = 70.0 - 50.1 + 3 * (to.checkpoint_bytes - at.checkpoint_bytes) / 1e9  # loads grow with the bytes
+    update = scaled(10.0, UPDATE_FLOPS_PER_PARAMETER_TOKEN * at.parameters * at.tokens / rates[1], at, to)
+    assert 10.0 * 28 / 24 < update < 10.0 * to.parameters / at.parameters  # partly compute-bound
+    assert estimate == pytest.approx(fixed + decode + update + 0.1)  # the advantage phase does not grow
+    # A weight-bound measurement (at the roofline) grows with the parameters.
+    bound = RunTime("grpo_engine", wall_s=roofline, phases={"generation": roofline})
+    assert run_seconds(bound, at, to, rates) == pytest.approx(roofline * to.parameters / at.parameters + 3 * (
+        to.checkpoint_bytes - at.checkpoint_bytes) / 1e9)
+
+
+def test_step_2_without_step_1_times_says_so() -> None:
+    from bench.systems.gpu_check_plan import RunTime, choose, estimate_seconds
+
+    at, to = _work(0.5e9, 24), _work(1.5e9, 28)
+    assert estimate_seconds({"warm_start": RunTime("warm_start", 10.0, {})}, at, to, (3e12, 4e14)) is None
+    runs = {n: RunTime(n, 10.0, {}) for n in ("warm_start", "sample_pool", "grpo_engine", "ppo_verifier", "dpo")}
+    assert estimate_seconds(runs, at, to, (3e12, 4e14)) == pytest.approx(5 * (10.0 + 3 * 2e9 / 1e9))
     plan = choose(_candidates(PEAKS, dict.fromkeys(PEAKS)), 141 * 2**30, 10_000, "test")
     assert plan.chosen is None
     assert plan.candidates[1].verdict.startswith("not enough time: step 1 measured no run time")
@@ -356,7 +414,7 @@ def test_step_2_overrides_are_one_point_of_the_three_methods() -> None:
     spec = load_spec(PRESET, [*step2_method_overrides(), *point_overrides("qwen2.5-3b")])
     assert spec.enabled_methods() == ["grpo_engine", "ppo_verifier", "dpo"]
     assert spec.sweep.axes == {"model.architecture": ["qwen2.5-3b"]}
-    assert (spec.sweep.warmup_steps + spec.sweep.steps, spec.telemetry.warmup_steps) == (3, 1)
+    assert (spec.sweep.warmup_steps + spec.sweep.steps, spec.telemetry.warmup_steps) == (2, 1)
 
 
 def test_step_3_says_in_one_line_why_it_was_skipped() -> None:

@@ -158,7 +158,8 @@ class DeviceWorkers:
         time.sleep(self.hold_s)
         with self.lock:
             del self.busy[device]
-            self.log.append({"run_id": job["run_id"], "device": device, "start": started, "end": time.monotonic()})
+            self.log.append({"run_id": job["run_id"], "device": device, "start": started, "end": time.monotonic(),
+                             "parallel_runs": job.get("parallel_runs")})
         how = self.fail.get(job["run_id"])
         if how == "no result":
             return 1
@@ -209,6 +210,7 @@ def test_eight_fake_gpus_run_eight_methods_at_once_never_sharing_a_device(
         placed = _result(suite, entry["run_id"])["placement"]
         assert placed["gpus"] == [entry["device"]] and placed["device"] == "cuda" and placed["parallel_runs"] == 8
         assert placed["slot"] == int(entry["device"])
+        assert entry["parallel_runs"] == 8  # run.json tells the worker how many share the machine (its CPU threads)
     # stages run one at a time, before the methods, on the first free GPU
     stages = [e for e in workers.log if e not in methods]
     assert [e["device"] for e in stages] == ["0", "0", "0"]
@@ -250,3 +252,34 @@ def test_launched_runs_get_a_group_each(tmp_path: Path, monkeypatch: pytest.Monk
     assert devices["warm_start"] == "0"  # a stage is one process: the first GPU of the first group
     assert devices["grpo_engine-s0"] in ("0,1", "2,3")  # a launched run sees its whole group
     assert _result(suite, "grpo_engine-s0")["placement"]["gpus"] == devices["grpo_engine-s0"].split(",")
+
+
+def test_the_report_says_which_gpu_ran_what(tmp_path: Path) -> None:
+    from report_fixtures import write_suite
+
+    from bench.report import build_report
+    from bench.results import write_json_atomic
+
+    suite = write_suite(tmp_path)
+    meta = json.loads((suite / "suite.json").read_text())
+    meta["spec"]["parallel_runs"] = "auto"
+    meta["schedule"] = {"device": "cuda", "parallel_runs": 8, "requested": "auto",
+                        "slots": [[str(i)] for i in range(8)], "source": "nvml"}
+    write_json_atomic(suite / "suite.json", meta)
+    placed = {}
+    for i, run_dir in enumerate(sorted((suite / "runs").iterdir())):
+        result = json.loads((run_dir / "result.json").read_text())
+        result["placement"] = {"device": "cuda", "gpus": [str(i % 8)], "slot": i % 8, "parallel_runs": 8,
+                               "gpu_source": "nvml"}
+        placed[result["run_id"]] = str(i % 8)
+        write_json_atomic(run_dir / "result.json", result)
+    build_report(suite)
+    md = (suite / "summary.md").read_text(encoding="utf-8")
+    section = md.split("## Throughput and time\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in section.splitlines()
+            if line.startswith("| ")]
+    header, body = rows[0], [row for row in rows[1:] if not set("".join(row)) <= set("-: ")]
+    assert header[-1] == "GPU" and len(body) >= 3
+    assert all(row[-1] in set(placed.values()) for row in body), body
+    assert "GPU: the device(s) the run's worker saw" in section
+    assert "method runs ran 8 at a time, each on GPUs of its own" in md  # "auto" resolved from the schedule

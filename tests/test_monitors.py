@@ -176,6 +176,44 @@ def test_format_only_completions_flag_by_how_far_they_rose() -> None:
     assert run_flags(curves[:5], {"format_only_rate": 0.9}) == []  # flat curve, no start: no flag
 
 
+def _noisy_format_curve(first: float, last: float, jitter: float = 0.08) -> list[dict[str, float]]:
+    """20 points: the first four around ``first``, the last four around ``last`` (+-jitter, a batch's noise)."""
+    values = [first + jitter * (-1) ** i for i in range(4)] + [first] * 12 + [last + jitter * (-1) ** i
+                                                                              for i in range(4)]
+    return [{"step": i, "format_only_rate": v} for i, v in enumerate(values)]
+
+
+def test_the_control_arm_never_flags_itself() -> None:
+    # Issue 23, point 9: on cpu-tiny's default run the lr-0 control, which cannot learn, went 46.9% -> 68.8% in
+    # format-only completions between its first and last logged windows and was flagged for format farming.
+    control = _noisy_format_curve(0.469, 0.688)
+    assert [line for line in curve_flags(control) if "format_only_rate" in line]  # alone, the rise flags
+    assert run_flags(control, {"format_only_rate": 0.7}, start={"format_only_rate": 0.5}, control=control,
+                     control_evaluation={"format_only_rate": 0.7}, n=5000) == []
+    # A method that rose as much as the control did is not flagged either: the control shows the same noise.
+    method = _noisy_format_curve(0.47, 0.72)
+    assert curve_flags(method, control) == []
+    # One that rose far beyond the control (and beyond both windows' noise) is.
+    farming = _noisy_format_curve(0.30, 0.95, jitter=0.02)
+    flagged = curve_flags(farming, control)
+    assert len(flagged) == 1 and "format_only_rate rose 30.0% -> 95.0%" in flagged[0]
+    assert "control arm +21.9 pp" in flagged[0]
+
+
+def test_level_flags_must_exceed_the_control_arm() -> None:
+    # Both at about 30% truncated in their last window: the shared budget, not the method, cuts them off.
+    method = [{"step": i, "truncated_rate": 0.30 + 0.01 * (i % 2)} for i in range(10)]
+    control = [{"step": i, "truncated_rate": 0.29 + 0.01 * (i % 2)} for i in range(10)]
+    assert curve_flags(method) and curve_flags(method, control) == []
+    clean = [{"step": i, "truncated_rate": 0.02} for i in range(10)]
+    assert curve_flags(method, clean)[0].endswith("control arm 2.0%")
+    # The final evaluation: 62% empty answers against the control's 61% on 5,000 questions is within noise.
+    from bench.telemetry.monitors import eval_flags
+
+    assert eval_flags({"empty_answer_rate": 0.62}, None, {"empty_answer_rate": 0.61}, n=5000) == []
+    assert eval_flags({"empty_answer_rate": 0.62}, None, {"empty_answer_rate": 0.10}, n=5000)
+
+
 # --- every online method's curves carry the canonical names ---------------------------------------------------
 ONLINE_RUNS = {  # run name -> (recipe module, its config): every online method, TRL's GRPO included
     "grpo": ("grpo", {}),

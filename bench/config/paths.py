@@ -106,7 +106,7 @@ def check_path(value: str | os.PathLike[str] | None, kind: str, what: str, hint:
         raw.encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = os.fsencode(raw[exc.start:exc.end])[:1]
-        raise refuse(f"is not valid UTF-8 (byte 0x{bad.hex() if bad else '??'}); rename it") from None
+        raise refuse(f"is not valid UTF-8 (byte 0x{bad.hex() if bad else '??'} in its name)") from None
     path = Path(raw).expanduser()
     info, problem = _stat_problem(path)
     if problem:

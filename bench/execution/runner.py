@@ -272,12 +272,13 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
         "run_id": run.run_id, "kind": run.kind, "name": run.name, "label": run.label, "engine": run.engine,
         "seed": run.seed, "spec": job_spec(spec, run), "inputs": run_inputs(suite_dir, run), "inputs_hash": inputs,
         "repo_dir": str(repo_dir) if repo_dir else None, "sweep": job_sweep(spec, run),
+        # how many runs share the machine (parallel_runs resolved: the worker's CPU threads) and where this one runs
+        "parallel_runs": placed["parallel_runs"] if placed else None, "placement": placed,
     })
     from bench.execution.launch import merge_rank_files, worker_launch
 
     # accelerate launch on the slot's GPUs, or None: one process
-    command, env = (worker_launch(spec, run.kind, run.name, run_dir, env) if not gpus
-                    else worker_launch(spec, run.kind, run.name, run_dir, env, gpus=gpus))
+    command, env = worker_launch(spec, run.kind, run.name, run_dir, env, gpus=gpus or None)
     # command only when launched: a one-process run calls launch_worker exactly as before (tests stand in for it)
     status = (launch_worker(run_dir, progress, env, stopper) if command is None
               else launch_worker(run_dir, progress, env, stopper, command=command))

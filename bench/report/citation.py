@@ -118,7 +118,9 @@ def model_name(suite: Suite) -> str:
     """The model that ran, as a reader would name it: the hub id or folder, a shipped architecture's name with
     'random weights', or the tiny model's shape."""
     model = _spec(suite).get("model") or {}
-    source = model.get("source") or "unknown source"
+    source = model.get("source")
+    if not source:
+        return NOT_RECORDED
     if source == "tiny":
         tiny = model.get("tiny") or {}
         shape = ", ".join(f"{v} {k}" for k, v in (("hidden", tiny.get("hidden_size")),

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
+from bench.scoring.stats import wilson_interval
 from bench.telemetry import monitors
 from bench.report import fmt
 from bench.report.load import Run, Suite
@@ -288,11 +289,38 @@ def _se(a: float | None, b: float | None) -> float:
     return ((a or 0.0) ** 2 + (b or 0.0) ** 2) ** 0.5
 
 
-def reward_model_at_chance(suite: Suite) -> dict[str, Any] | None:
-    """The reward model's held-out check (bench.report.tables.reward_model_check) when its interval contains 50%."""
-    from bench.report import tables  # tables imports this module for its detail tables
+# --- the reward model's signal: its held-out pair accuracy (also bench.report.tables' reward-model table) -------
+REWARD_STAGE = "reward_model"
+CHANCE = 0.5
+"""A reward model that ranks held-out (chosen, rejected) pairs no better than a coin gives PPO no signal."""
 
-    check = tables.reward_model_check(suite)
+
+def reward_model_check(suite: Suite) -> dict[str, Any] | None:
+    """The reward-model stage's held-out pair accuracy with n and a 95% Wilson interval, or None without one.
+
+    Reads ``metrics.heldout_pairs`` and ``metrics.heldout_pair_accuracy`` (baselines/reward_model.py). The
+    correct count is rounded from accuracy x n (the stage records the share, and n pairs make it a multiple of
+    1/n). ``chance_inside``: the interval contains 50%, i.e. the data cannot tell the model from a coin.
+    """
+    run = next((r for r in suite.stages if r.status == "ok" and (r.result.get("method") == REWARD_STAGE
+                                                                   or r.run_id.startswith(REWARD_STAGE))), None)
+    if run is None:
+        return None
+    metrics = run.result.get("metrics") or {}
+    n, acc = fmt.num(metrics.get("heldout_pairs")), fmt.num(metrics.get("heldout_pair_accuracy"))
+    if n is None or acc is None or n <= 0 or not 0 <= acc <= 1:
+        return None
+    n = int(n)
+    correct = round(acc * n)
+    low, high = wilson_interval(correct, n)
+    untrained = fmt.num(metrics.get("heldout_pair_accuracy_untrained"))
+    return {"run_id": run.run_id, "label": run.label, "n": n, "correct": correct, "accuracy": acc, "low": low,
+            "high": high, "untrained": untrained, "chance_inside": low <= CHANCE <= high}
+
+
+def reward_model_at_chance(suite: Suite) -> dict[str, Any] | None:
+    """The reward model's held-out check (:func:`reward_model_check`) when its interval contains 50%."""
+    check = reward_model_check(suite)
     return check if check is not None and check["chance_inside"] else None
 
 

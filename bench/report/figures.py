@@ -142,15 +142,17 @@ def accuracy_figure(suite: Suite, out_dir: Path, mode: str | None = None) -> Fig
             # A failed run keeps its 'before' bar; say why the 'after' bar is missing rather than leave a gap.
             ax.text(i + width / 2, 1, fmt.status_text(run) if run.status != "ok" else "not evaluated",
                     rotation=90, ha="center", va="bottom", fontsize=8, color="#a33")
-    ax.set_title(f"Accuracy before / after ({mode}), 95% Wilson intervals")
+    ax.set_title(f"Accuracy before / after ({mode}), 95% intervals")
     handles = [Patch(facecolor="#777777", alpha=0.35, label="before (light)"),
                Patch(facecolor="#777777", label="after (solid)")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     name = _save(fig, out_dir, f"accuracy_{mode}.png")
     role = "headline mode" if mode == suite.headline_mode else "second mode"
-    return FigureInfo(name, f"Held-out accuracy, scoring mode {fmt.mode_note(mode)} ({role}), before and after "
-                            f"training, 95% Wilson intervals.")
+    from bench.report import datachecks  # lazy, as scaling: the figures need it for this caption only
+
+    return FigureInfo(name, f"Accuracy on {datachecks.split_text(suite)}, scoring mode {fmt.mode_note(mode)} "
+                            f"({role}), before and after training, 95% {datachecks.interval_text(suite)}.")
 
 
 def _measured(run: Run, source: str) -> dict[str, float | None]:

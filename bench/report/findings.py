@@ -187,9 +187,9 @@ def _accuracy_findings(suite: Suite) -> list[Finding]:
         top = means[0]
         start = f"; the start scored {fmt.pct(top['before'])}" if top["before"] is not None else ""
         seeds_ = sorted({m["seeds"] for m in means})
-        over = (f"mean over {seeds_[0]} seed{'s' if seeds_[0] != 1 else ''}" if len(seeds_) == 1
+        over = ("one seed" if seeds_ == [1] else f"mean over {seeds_[0]} seeds" if len(seeds_) == 1
                 else "mean over each method's ok seeds")
-        out.append(Finding(f"Accuracy after training, {over}: " + ", ".join(one(m) for m in means) + start,
+        out.append(Finding(f"Accuracy after training ({over}): " + ", ".join(one(m) for m in means) + start,
                            f"{mode}, n = {fmt.n_text(top['n'], top['clusters'], top['unit'])} per run; each seed's "
                            f"95% interval under Results per method; differences under Paired tests and Seed-level "
                            f"tests"))
@@ -221,14 +221,14 @@ def _paired_findings(suite: Suite) -> list[Finding]:
         out.append(Finding(
             f"{t['a']} vs {t['b']} (seed {t['seed']}): {100 * t['diff']:+.1f} pp "
             f"[{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
-            f" significant", f"{headline_mode(suite)}, {t['test']} on "
-            f"{fmt.n_text(t['n'], t['clusters'], t['unit'])} paired, Holm-adjusted {p_equals(t['p_holm'])}; "
+            f" significant", f"{headline_mode(suite)}, {t['test']} on the same "
+            f"{fmt.n_text(t['n'], t['clusters'], t['unit'])}, Holm-adjusted {p_equals(t['p_holm'])}; "
             f"95% paired-bootstrap interval, not adjusted for multiple comparisons"))
     quiet = [t for t in tests if t not in significant]
     pairs = len({(t["a"], t["b"]) for t in tests})
     seeds_ = len({t["seed"] for t in tests})
-    summary = (f"Of {len(tests)} per-seed comparisons ({pairs} method pair(s) × {seeds_} seed(s)), "
-               f"{len(significant)} differ significantly")
+    summary = (f"Of {len(tests)} per-seed comparison{'s' if len(tests) != 1 else ''} ({pairs} method pair(s) × "
+               f"{seeds_} seed(s)), {len(significant)} differ significantly")
     summary += f" (the largest {len(out)} above)" if out and len(significant) > len(out) else ""
     basis = (f"{headline_mode(suite)}, {tables.tests_used(tests)}, Holm-adjusted over {len(tests)} comparisons, "
              f"α = {ALPHA}; every comparison under Paired tests")

@@ -186,7 +186,7 @@ def read_headline_mode(suite_dir: Path, problems: list[str]) -> str:
     if not path.exists():
         return fmt.HEADLINE_MODE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = _read_json(path)
     except (OSError, ValueError) as exc:
         problems.append(f"{REPORT_SETTINGS_FILE} unreadable ({type(exc).__name__}); headline mode "
                         f"{fmt.HEADLINE_MODE}")

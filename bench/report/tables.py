@@ -346,32 +346,11 @@ def stage_rows(suite: Suite) -> list[dict[str, Any]]:
 
 
 # --- checks a reviewer asks for: the reward model's signal, the control arm ----------------------------------
-REWARD_STAGE = "reward_model"
-CHANCE = 0.5
-"""A reward model that ranks held-out (chosen, rejected) pairs no better than a coin gives PPO no signal."""
-
-
-def reward_model_check(suite: Suite) -> dict[str, Any] | None:
-    """The reward-model stage's held-out pair accuracy with n and a 95% Wilson interval, or None without one.
-
-    Reads ``metrics.heldout_pairs`` and ``metrics.heldout_pair_accuracy`` (baselines/reward_model.py). The
-    correct count is rounded from accuracy x n (the stage records the share, and n pairs make it a multiple of
-    1/n). ``chance_inside``: the interval contains 50%, i.e. the data cannot tell the model from a coin.
-    """
-    run = next((r for r in suite.stages if r.status == "ok" and (r.result.get("method") == REWARD_STAGE
-                                                                   or r.run_id.startswith(REWARD_STAGE))), None)
-    if run is None:
-        return None
-    metrics = run.result.get("metrics") or {}
-    n, acc = fmt.num(metrics.get("heldout_pairs")), fmt.num(metrics.get("heldout_pair_accuracy"))
-    if n is None or acc is None or n <= 0 or not 0 <= acc <= 1:
-        return None
-    n = int(n)
-    correct = round(acc * n)
-    low, high = stats.wilson_interval(correct, n)
-    untrained = fmt.num(metrics.get("heldout_pair_accuracy_untrained"))
-    return {"run_id": run.run_id, "label": run.label, "n": n, "correct": correct, "accuracy": acc, "low": low,
-            "high": high, "untrained": untrained, "chance_inside": low <= CHANCE <= high}
+REWARD_STAGE = dynamics.REWARD_STAGE
+CHANCE = dynamics.CHANCE
+reward_model_check = dynamics.reward_model_check
+"""The reward-model stage's held-out pair accuracy with its Wilson interval (bench.report.dynamics, which judges
+over-optimisation by it, keeps it: this module imports that one)."""
 
 
 def _uses_reward_model(run: Run) -> bool:

@@ -72,6 +72,7 @@ KEY_ALIASES = {
     "train.micro_batch_size": "micro_batch_size",
     "generation.max_new_tokens": "completion_tokens",
     "max_new_tokens": "completion_tokens",
+    "generation.min_new_tokens": "fixed_length",
     "train.group_size": "group_size",
     "G": "group_size",
     "train.prompts_per_step": "prompts_per_step",
@@ -328,7 +329,8 @@ def format_stage(stage: StagePrediction, gpu_memory: int) -> list[str]:
     line = (f"  peak {size(stage.peak_bytes)} in {stage.peak_phase}; with the CUDA context "
             f"{size(stage.device_peak_bytes)}; GPU {size(gpu_memory)}: {'fits' if stage.fits else 'does NOT fit'}")
     if stage.max_micro_batch is not None:
-        line += f"; largest micro-batch that fits: {stage.max_micro_batch or 'none'} pairs"
+        fits = f"{stage.max_micro_batch} pairs" if stage.max_micro_batch else "none"
+        line += f"; largest micro-batch that fits: {fits}"
     return [*lines, line]
 
 

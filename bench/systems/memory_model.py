@@ -346,7 +346,8 @@ def settings_from_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB,
     t, cfg = spec.train, spec.methods.get(method)
     own = getattr(cfg, "beta", None) if method in ("grpo", "grpo_engine") else getattr(cfg, "kl_coef", None)
     return Settings(dtype=spec.model.dtype, micro_batch_size=t.micro_batch_size, prompt_tokens=prompt_tokens,
-                    completion_tokens=spec.generation.max_new_tokens, group_size=t.group_size,
+                    completion_tokens=spec.generation.max_new_tokens,
+                    fixed_length=bool(spec.generation.min_new_tokens), group_size=t.group_size,
                     prompts_per_step=t.prompts_per_step, gradient_checkpointing=t.gradient_checkpointing,
                     lora_rank=t.lora.r if t.lora.enabled else 0, kl_beta=t.kl_beta if own is None else own,
                     lora_critic=t.lora.critic, device="cpu" if spec.device == "cpu" else "cuda",

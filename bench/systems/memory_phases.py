@@ -61,9 +61,10 @@ class TrainedNet:
     residual: int
     norms_trained: bool
     layer_weight_gradient: int
-    """The largest transient of a decoder weight's gradient in the backward pass: its bf16 gradient and the float32
-    copy autocast's cast hands to the accumulator (6 bytes an element under autocast; 4 in float32; 2 for bf16
-    modules), for the largest linear of a layer; 0 for a LoRA network (its adapters' gradients are small)."""
+    """Bytes an element of a decoder weight's gradient costs at its largest in the backward pass: its gradient in
+    the compute dtype and, under autocast, the float32 copy the cast hands to the accumulator (6 under autocast, 4
+    in float32, 2 for bf16 modules); 0 for a LoRA network (its adapters' gradients are small). See
+    ``layer_gradient``."""
     embedding_gradient: int
     """The embedding's dense float32 gradient (vocabulary x hidden x 4; 0 when frozen)."""
 
@@ -85,8 +86,7 @@ def trained_net(shape: Shape, s: Settings, net: NetworkMemory, bf16_modules: boo
         head = shape.vocab * shape.hidden if net.role == "actor" and lm_head_cast else 0
         casts = 2 * (per_layer_linears * shape.layers + head) if autocast else 0
         layer = 2 * per_layer_linears if autocast else 0
-        element = 6 if autocast else (2 if bf16_modules else 4)
-        layer_gradient = element * max(n_in * n_out for n_in, n_out in shape.layer_linears())
+        layer_gradient = 6 if autocast else (2 if bf16_modules else 4)
         embedding = (2 if bf16_modules else 4) * shape.vocab * shape.hidden
     per_layer = activation_bytes_per_token_layer(shape, compute, residual, norms_trained=not net.lora,
                                                  lora_rank=s.lora_rank if net.lora else 0)
@@ -98,6 +98,17 @@ def layers_saved(shape: Shape, t: TrainedNet, tokens: int, checkpointing: bool) 
     else every layer's saved set (the rebuilt layer is a moment of the backward pass: ``rebuilt_layer``)."""
     per_token = shape.hidden * t.residual if checkpointing else t.per_layer
     return tokens * shape.layers * per_token
+
+
+def layer_gradient(shape: Shape, s: Settings, t: TrainedNet, tokens: int) -> int:
+    """The largest weight gradient's transient while a layer's backward runs (the MLP's down projection): the
+    gradient in the compute dtype as the matmul makes it, or, once the matmul has freed its saved input (tokens x
+    intermediate), that gradient with its float32 copy (measured on CPU)."""
+    if not t.layer_weight_gradient:
+        return 0
+    largest = max(n_in * n_out for n_in, n_out in shape.layer_linears())
+    a = DTYPE_BYTES[s.compute] if t.layer_weight_gradient != 2 else 2
+    return max(a * largest, t.layer_weight_gradient * largest - a * tokens * shape.intermediate)
 
 
 def rebuilt_layer(t: TrainedNet, tokens: int) -> int:
@@ -120,15 +131,25 @@ def update_activations(shape: Shape, method: str, s: Settings, nets: dict[str, N
     return total
 
 
-def generation_terms(shape: Shape, s: Settings, sequences: int, prompt: int, completion: int, residual: int,
-                     compute: str, weight_casts: int) -> Terms:
-    """One generate call of ``sequences`` sequences: the KV cache of prompt + completion tokens, the float32
-    next-token logits, processed scores and probabilities of every sequence, the prefill's one-layer working set,
-    and the bf16 weight casts alive at its peak."""
-    return {"kv_cache": kv_cache_bytes(shape, compute, sequences, prompt + completion, residual),
-            "sampling_logits": 3 * 4 * shape.vocab * sequences,
-            "prefill_working": forward_working_bytes(shape, compute, sequences * prompt),
-            "weight_casts": weight_casts}
+SAMPLING_COPIES = 5
+"""float32 copies of the next-token logits (vocabulary x 4 bytes a sequence) alive at a decoding step of HF's
+generate: the copy of the last position's logits, the processed scores, the probabilities and the sampler's
+temporaries (measured on CPU in tests/test_memory_measured.py); ``min_new_tokens`` adds 2 (its processor masks the
+end-of-sequence tokens with ``torch.where``)."""
+
+
+def generation_moments(shape: Shape, s: Settings, sequences: int, prompt: int, completion: int, residual: int,
+                       compute: str, weight_casts: int) -> Moments:
+    """One generate call of ``sequences`` sequences, in two moments: the prefill (the prompts' KV cache and one
+    layer's working set over every prompt token) and the last decoding step (the whole KV cache of prompt +
+    completion tokens and the float32 next-token logits of every sequence); the bf16 weight casts alive in both."""
+    copies = SAMPLING_COPIES + (2 if s.fixed_length else 0)
+    return {"prefill": {"kv_cache": kv_cache_bytes(shape, compute, sequences, prompt, residual),
+                        "prefill_working": forward_working_bytes(shape, compute, sequences * prompt),
+                        "weight_casts": weight_casts},
+            "last decoding step": {"kv_cache": kv_cache_bytes(shape, compute, sequences, prompt + completion, residual),
+                                   "sampling_logits": copies * 4 * shape.vocab * sequences,
+                                   "weight_casts": weight_casts}}
 
 
 def transient_cast(shape: Shape, s: Settings, net: NetworkMemory) -> int:
@@ -188,7 +209,7 @@ def engine_update(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
         moments["critic backward"] = {**held, "critic_activations": critic_saved,
                                       "critic_casts_saved": 0 if ck else C.casts,
                                       "rebuilt_layer": rebuilt_layer(C, tokens) if ck else 0,
-                                      "weight_gradient": C.layer_weight_gradient}
+                                      "weight_gradient": layer_gradient(shape, s, C, tokens)}
         moments["critic embedding gradient"] = {**held, "weight_gradient": C.embedding_gradient}
     moments["log-prob backward"] = {**held, "logits_gradient": logits,
                                     "fp32_logit_chunks": LOGPROB_BACKWARD_CHUNKS * chunk}
@@ -202,7 +223,7 @@ def engine_update(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
                                             "weight_gradient": (a + 4 if A.casts else 4) * V * h}
     moments["actor backward"] = {"actor_casts_saved": 0 if ck else A.casts - head_cast,
                                  "actor_activations": actor_saved, "rebuilt_layer": rebuilt_layer(A, tokens) if ck else 0,
-                                 "weight_gradient": A.layer_weight_gradient}
+                                 "weight_gradient": layer_gradient(shape, s, A, tokens)}
     moments["actor embedding gradient"] = {"weight_gradient": A.embedding_gradient}
     if method == "ppo":  # the rollout log-probs of the actor (no grad, cache on) run in the update phase too
         moments["rollout log-probs"] = {"actor_weight_casts": A.casts,
@@ -235,7 +256,7 @@ def trl_update(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMe
         "fused head backward": {"actor_casts_saved": casts_held, "actor_activations": saved, **backward},
         "policy backward": {"actor_casts_saved": casts_held, "actor_activations": saved,
                             "rebuilt_layer": rebuilt_layer(A, tokens) if ck else 0,
-                            "weight_gradient": A.layer_weight_gradient},
+                            "weight_gradient": layer_gradient(shape, s, A, tokens)},
         "embedding gradient": {"weight_gradient": A.embedding_gradient},
     }
     return moments
@@ -296,17 +317,18 @@ def phase_moments(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
         else:  # TRL: each decoding forward is its own cached autocast region (accelerate wraps forward)
             casts = actor.working_copy_bytes
         residual = 2 if what_if else A.residual
-        gen = generation_terms(shape, s, rollout, s.prompt_tokens, s.completion_tokens, residual, compute, casts)
+        gen = generation_moments(shape, s, rollout, s.prompt_tokens, s.completion_tokens, residual, compute, casts)
+        gathered: Terms = {}
         if zero and layout.stage == 3 and engine:
             # Engine.sample runs in deepspeed.zero.GatheredParameters of every actor parameter: whole float32
             # tensors on every rank beside the shard it keeps (the what-if: a bf16 gather).
-            gen["gathered_actor"] = actor.parameters * (2 if what_if else 4)
+            gathered["gathered_actor"] = actor.parameters * (2 if what_if else 4)
         elif zero and layout.stage == 3 and s.ds3_gather_for_generation:
             # TRL's unwrap_model_for_generation gathers every shard of the policy: the whole module minus this
             # GPU's own shard (with the weights offloaded, the whole module).
             whole = actor.parameters * DTYPE_BYTES[s.dtype]
-            gen["gathered_policy"] = whole - (0 if layout.offload_params else math.ceil(whole / layout.gpus))
-        out["generation"] = {"sample": gen}
+            gathered["gathered_policy"] = whole - (0 if layout.offload_params else math.ceil(whole / layout.gpus))
+        out["generation"] = {name: {**terms, **gathered} for name, terms in gen.items()}
         if "reward" in nets:
             out["reward"] = {"reward model forward": {
                 "forward_working": forward_working_bytes(shape, compute, mb * L),
@@ -357,8 +379,8 @@ def phase_moments(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
     if s.evaluation:  # the worker evaluates the trained policy with every network and optimizer still resident
         residual = A.residual if not bf16_modules else DTYPE_BYTES[s.dtype]
         casts = 0 if bf16_modules else transient_cast(shape, s, actor)
-        out["evaluation"] = {"greedy evaluation": generation_terms(
-            shape, s, s.eval_batch_size, s.prompt_tokens, s.eval_completion_tokens, residual, compute, casts)}
+        out["evaluation"] = generation_moments(shape, s, s.eval_batch_size, s.prompt_tokens, s.eval_completion_tokens,
+                                               residual, compute, casts)
     return out
 
 

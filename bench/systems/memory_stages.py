@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from bench.systems.memory_phases import (Moments, generation_terms, layers_saved, outside_allocator, peak_moment,
-                                         peak_of, rebuilt_layer, totals, trained_net)
+from bench.systems.memory_phases import (Moments, generation_moments, layer_gradient, layers_saved, outside_allocator,
+                                         peak_moment, peak_of, rebuilt_layer, totals, trained_net)
 from bench.systems.memory_terms import (DTYPE_BYTES, NetworkMemory, Settings, Shape, final_norm_bytes,
                                         forward_working_bytes, network_memory)
 
@@ -83,7 +83,8 @@ def reward_model_moments(shape: Shape, s: Settings, net: NetworkMemory) -> dict[
         "forward": {"gradients": grads, "weight_casts": casts, "activations": saved,
                     "layer_working": forward_working_bytes(shape, compute, tokens) if ck else 0},
         "backward": {"gradients": grads, "casts_saved": held_casts, "activations": saved,
-                     "rebuilt_layer": rebuilt_layer(t, tokens) if ck else 0, "weight_gradient": t.layer_weight_gradient},
+                     "rebuilt_layer": rebuilt_layer(t, tokens) if ck else 0,
+                     "weight_gradient": layer_gradient(shape, s, t, tokens)},
         "embedding gradient": {"gradients": grads, "weight_gradient": t.embedding_gradient},
     }
     step = {"gradients": grads, **({"adamw_foreach_buffer": grads} if s.device == "cpu" else {"adamw_fused": 0})}
@@ -99,8 +100,7 @@ def sample_pool_moments(shape: Shape, s: Settings) -> dict[str, Moments]:
     residual stream, K and V are all in that dtype, and nothing is cast)."""
     sequences = s.pool_batch_size * s.pool_samples
     size = DTYPE_BYTES[s.dtype]
-    return {"generation": {"sample": generation_terms(shape, s, sequences, s.prompt_tokens, s.completion_tokens,
-                                                      size, s.dtype, 0)}}
+    return {"generation": generation_moments(shape, s, sequences, s.prompt_tokens, s.completion_tokens, size, s.dtype, 0)}
 
 
 def stage_memory(shape: Shape, stage: str, s: Settings) -> StagePrediction:

@@ -1,7 +1,8 @@
 """The memory model's shared arithmetic: shapes, settings, bytes per network (weights, gradients, AdamW state under the
-precision policy), activations saved per token per layer, logits and the KV cache. Every implementation's
-phase terms (:mod:`bench.systems.memory_phases`) and layouts (:mod:`bench.systems.memory_layouts`) are built from
-these; :mod:`bench.systems.memory_model` documents the model as a whole and makes the prediction. All sizes are bytes."""
+precision policy), activations saved per token per layer, TRL's fused LM head, the KV cache and the layouts'
+dataclass. Every implementation's phase terms (:mod:`bench.systems.memory_phases`), the stages
+(:mod:`bench.systems.memory_stages`) and layouts (:mod:`bench.systems.memory_layouts`) are built from these;
+:mod:`bench.systems.memory_model` documents the model as a whole and makes the prediction. All sizes are bytes."""
 
 from __future__ import annotations
 
@@ -134,6 +135,9 @@ class Settings:
     """Padded prompt length (tokens); a GSM8K question in a chat template is about 100-250 tokens."""
     completion_tokens: int = 512
     """generation.max_new_tokens (tokens)."""
+    fixed_length: bool = False
+    """generation.min_new_tokens is set (the systems presets' fixed-length generation): its logits processor adds
+    two float32 copies of the next-token logits per sequence."""
     group_size: int = 8
     """G: completions per prompt."""
     prompts_per_step: int = 16
