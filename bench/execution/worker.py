@@ -8,6 +8,9 @@ Progress goes to stdout as ``@@progress {json}`` lines that the runner turns int
 A worker never outlives its suite: SIGTERM (what the runner sends its process group on an interrupt) records the
 run as ``Interrupted`` and exits, and so does SIGHUP, which a worker gets when its parent dies (Linux parent-death
 signal, and a thread that polls the parent PID on every platform).
+
+One job, one file (about 650 lines): a run from start to end — set-up resolved once into the run context, the
+recipe, the evaluation, the failure record and the result — read top to bottom in ``_train_and_evaluate``.
 """
 
 from __future__ import annotations
