@@ -23,14 +23,15 @@
 #                                                    packages a bare GPU image lacks (below)
 #
 # Takes: not yet run on a GPU. Each step has its own budget (seconds; unused time rolls over to the next step, and
-# each step's guard keeps the later steps' budgets free): step 0 20, step 1 240, step 2 180, step 3 60, the table
-# and copies 20, inside a total of 540 s (GPU_CHECK_TIMEOUT) — 9 minutes, which leaves a 15-minute device
+# each step's guard keeps the later steps' budgets free; when step 3 cannot run, one GPU, its budget goes to step 2):
+# step 0 20, step 1 240, step 2 180, step 3 60, the table and copies 20, inside a total of 540 s (GPU_CHECK_TIMEOUT) — 9 minutes, which leaves a 15-minute device
 # allowance room for the machine's start, the transfers and set-up (under 60 s when the packages are there, so one
 # 10-minute device command holds set-up and the check). Step 1 estimated 3-4 minutes on one H100/H200-class GPU,
 # most of it worker start-up (8 runs) and HF generate; step 2 runs only when its estimate fits its budget.
 # --cpu-rehearsal: the same steps on a CPU at rehearsal scale (device=cpu, one layer, widths / 16, the real
-# vocabulary, 4 fixed-length new tokens, 2 prompts x G 2); step 2 chooses among the scaled 1.5B / 3B / 7B against
-# the host's available memory. Meant to take under 5 minutes on a quiet 2-core machine (tests/test_gpu_check.py runs it).
+# vocabulary, 4 fixed-length new tokens, 2 prompts x G 2, two method runs at a time); step 2 chooses among the
+# scaled 1.5B / 3B / 7B against the host's available memory. Meant to take under 5 minutes on a quiet 2-core
+# machine (tests/test_gpu_check.py runs it; pass GPU_CHECK_STEP1_S / _STEP2_S on a busy one).
 # --dry-run: pick the Python, print the budgets, step 1's plan and the commands, run nothing (no GPU needed).
 #
 # Exit status: 0 when every run finished ok (or ran out of memory at its point: a finding) and the telemetry check
@@ -155,9 +156,12 @@ fetch_wheels() {
 }
 
 # The rehearsal's scale: every model one layer deep and 16 times narrower (the real vocabulary), tiny batches.
+# Two method runs at a time, one torch thread each: a rehearsal run is mostly single-threaded start-up (imports),
+# so two cores overlap two of them (the stages still run one at a time; on the GPU everything runs one at a time).
 rehearsal_overrides=(device=cpu model.scale.num_layers=1 model.scale.width_divisor=16 generation.max_new_tokens=4
   generation.min_new_tokens=4 train.prompts_per_step=2 train.group_size=2 train.micro_batch_size=2
-  sample_pool.prompts=4 sample_pool.batch_size=4 reward_model.batch_size=2 eval.batch_size=4)
+  sample_pool.prompts=4 sample_pool.batch_size=4 reward_model.batch_size=2 eval.batch_size=4 parallel_runs=2
+  threads=1)
 reserve_s=20   # kept back from the later steps' guards: the table and the copies
 
 dry_run=0
@@ -274,7 +278,14 @@ if [ "$bench_rc" != 0 ] && [ -f "$suite/step1/suite.json" ]; then
   "$py" -m bench report "$suite/step1" >/dev/null || say "could not rebuild the report of $suite/step1"
 fi
 
-# --- step 2: the largest size that fits the memory and the time left ---
+# Can step 3 run at all (2+ GPUs, deepspeed)? Asked now: when it cannot, its budget goes to step 2.
+set +e
+"$py" -m bench.systems.gpu_check_plan step3 > "$suite/step3.txt"
+step3_go=$?
+set -e
+if [ "$step3_go" != 0 ]; then budget2=$((budget2 + budget3)); budget3=0; fi
+
+# --- step 2: the largest size that fits the memory and its own budget ---
 if [ "$bench_rc" = 124 ] || [ "$bench_rc" = 137 ]; then
   say "step 2 skipped: no time left after step 1"
 elif [ -f "$suite/step1/suite.json" ]; then
@@ -306,11 +317,7 @@ elif [ -f "$suite/step1/suite.json" ]; then
   fi
 fi
 
-# --- step 3: ZeRO-2, two processes, TRL's GRPO ---
-set +e
-"$py" -m bench.systems.gpu_check_plan step3 > "$suite/step3.txt"
-step3_go=$?
-set -e
+# --- step 3: ZeRO-2, two processes, TRL's GRPO (whether it can run was decided before step 2) ---
 guard3=$(guard_for 3)
 if [ "$step3_go" = 0 ] && [ "$guard3" -gt 45 ]; then
   mapfile -t step3_point < <(point qwen2.5-0.5b)

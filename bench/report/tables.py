@@ -8,7 +8,10 @@ between methods on the same questions (:func:`paired_tests_table`: exact McNemar
 method against the checkpoint it started from (:func:`start_tests_table`), the reward model's held-out pair
 accuracy with its Wilson interval (:func:`reward_model_table`, and :func:`reward_model_warnings` for the line
 beside PPO (reward model)), and the control arm's pipeline check (:func:`control_table`). Every test uses the
-suite's headline mode unless told otherwise, and each family of tests is Holm-adjusted on its own.
+suite's headline mode unless told otherwise, and each family of tests is Holm-adjusted on its own. Where questions
+share a cluster (a synthetic working asked under several names: fmt.cluster_labels) the per-question tests become
+their clustered counterparts (:func:`compare`: Durkalski's clustered McNemar, a bootstrap over clusters); with one
+question per cluster they are the per-question tests exactly.
 """
 
 from __future__ import annotations

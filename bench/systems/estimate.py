@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from bench.errors import UserError
 from bench.systems.memory_layouts import LayoutMemory
-from bench.systems.memory_model import MAX_GPUS, WHAT_IF, Prediction, predict
+from bench.systems.memory_model import MAX_GPUS, Prediction, predict
 from bench.systems.memory_stages import StagePrediction
 from bench.systems.memory_terms import ENGINE_METHODS, GIB, METHOD_ROLES, Layout, Settings
 
@@ -49,8 +49,10 @@ LAYOUT_LABELS = {
 NEVER = {
     "zero1": "the whole weights and gradients every GPU keeps, plus one sequence's step, exceed one GPU",
     "zero2": "the whole weights every GPU keeps, plus one sequence's step, exceed one GPU",
-    "zero3": f"not within {MAX_GPUS} GPUs: the gathered weights plus one sequence's step exceed one GPU",
-    "zero3_offload": f"not within {MAX_GPUS} GPUs: the gathered weights plus one sequence's step exceed one GPU",
+    "zero3": f"not within {MAX_GPUS} GPUs: the gathered weights plus one sequence's step, or rank 0's whole float32 "
+             f"copy of the policy for the evaluation, exceed one GPU",
+    "zero3_offload": f"not within {MAX_GPUS} GPUs: the gathered weights plus one sequence's step, or rank 0's whole "
+                     f"float32 copy of the policy for the evaluation, exceed one GPU",
 }
 """Why a ZeRO layout never fits TRL's trainers (the shards shrink with the GPU count; these parts do not)."""
 
@@ -60,9 +62,11 @@ ENGINE_NEVER = {
     "zero2": "the whole fp32 trained networks and the whole frozen networks every GPU keeps, plus one sequence's "
              "step, exceed one GPU",
     "zero3": f"not within {MAX_GPUS} GPUs: the whole frozen networks, the gathered modules and the whole fp32 actor "
-             f"gathered to generate, plus one sequence's step, exceed one GPU",
+             f"gathered to generate (or rank 0's whole fp32 copies of the trained networks for the evaluation), "
+             f"plus one sequence's step, exceed one GPU",
     "zero3_offload": f"not within {MAX_GPUS} GPUs: the whole frozen networks, the gathered modules and the whole "
-                     f"fp32 actor gathered to generate, plus one sequence's step, exceed one GPU",
+                     f"fp32 actor gathered to generate (or rank 0's whole fp32 copies of the trained networks for the "
+                     f"evaluation), plus one sequence's step, exceed one GPU",
 }
 """Why a ZeRO layout never fits the suite's engine (ENGINE_METHODS), which keeps float32 modules, leaves its frozen
 networks whole on every GPU and under ZeRO-3 generates in a gather of the whole actor (bench.systems.memory_model)."""
@@ -152,9 +156,16 @@ def _convert(name: str, raw: str, kind: type) -> Any:
     return value
 
 
-def parse_layout(stage: int | None, gpus: int | None, offload: str) -> Layout | None:
-    """The layout ``--zero-stage`` / ``--gpus`` / ``--offload`` ask for (None when none is given); UserError when
-    DeepSpeed cannot run it."""
+def parse_layout(stage: int | None, gpus: int | None, offload: str, what_if: bool = False) -> Layout | None:
+    """The layout ``--zero-stage`` / ``--gpus`` / ``--offload`` / ``--what-if`` ask for (None when none is given);
+    UserError when DeepSpeed cannot run it."""
+    if what_if:
+        if stage not in (None, 3) or offload != "none":
+            raise UserError("--what-if is a ZeRO-3 layout without offload; drop --zero-stage / --offload or give "
+                            "--zero-stage 3")
+        if gpus is not None and not 1 <= gpus <= MAX_GPUS:
+            raise UserError(f"--gpus must be between 1 and {MAX_GPUS}, got {gpus}")
+        return Layout(3, gpus or 1, what_if_engine=True)
     if stage is None and gpus is None and offload == "none":
         return None
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
@@ -211,6 +222,9 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offload", choices=tuple(OFFLOADS), default="none",
                         help="ask for one layout: offload the optimizer state (ZeRO >= 1) or it and the weights "
                              "(all; ZeRO-3) to CPU memory")
+    parser.add_argument("--what-if", action="store_true",
+                        help="ask for the suite engine's ZeRO-3 what-if (not what it does): the reference and reward "
+                             "model sharded too, generation from a bf16 gather of the actor")
     names = ", ".join(f.name for f in dataclasses.fields(Settings) if f.name != "gpu_memory_bytes")
     parser.add_argument("settings", nargs="*", metavar="key=value",
                         help=f"override the gsm8k-qwen0.5b preset's shapes: {names} (or the spec's keys, e.g. "
@@ -226,7 +240,10 @@ def run_estimate(args: argparse.Namespace) -> int:
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise UserError(f"unknown method '{method}'{hint}; use one of {', '.join(METHOD_ROLES)} or {ALL}")
     gpu_memory = parse_memory(args.gpu_memory)
-    layout = parse_layout(args.zero_stage, args.gpus, args.offload)
+    layout = parse_layout(args.zero_stage, args.gpus, args.offload, getattr(args, "what_if", False))
+    if layout is not None and layout.what_if_engine and any(m not in ENGINE_METHODS for m in methods):
+        raise UserError(f"--what-if is the suite engine's ({', '.join(ENGINE_METHODS)}); TRL's trainers shard their "
+                        f"frozen networks under ZeRO-3 already: use --zero-stage 3")
     fields = load_shape(args.model)
     settings = parse_settings(args.settings, gpu_memory)
     try:
@@ -360,6 +377,8 @@ def format_gpu_counts(p: Prediction, why: str) -> list[str]:
 def layout_title(layout: Layout) -> str:
     """'ZeRO-2 on 8 GPUs', 'ZeRO-3 + CPU offload (optimizer, weights) on 4 GPUs', 'plain data parallel on 1 GPU'."""
     what = "plain data parallel" if layout.stage == 0 else f"ZeRO-{layout.stage}"
+    if layout.what_if_engine:
+        what = "what-if ZeRO-3 (frozen networks sharded, bf16 generation gather)"
     offloaded = [w for w, on in (("optimizer", layout.offload_optimizer), ("weights", layout.offload_params)) if on]
     if offloaded:
         what += f" + CPU offload ({', '.join(offloaded)})"

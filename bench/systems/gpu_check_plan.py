@@ -56,8 +56,9 @@ ALL_METHODS = ("grpo", "grpo_engine", "ppo", "ppo_verifier", "dpo", "control")
 HEADROOM = 0.10
 """Share of GPU memory kept back from the predicted device peak (which has the CUDA context): the allocator's cache
 and fragmentation, which the memory model does not model."""
-TIME_MARGIN = 1.25
-"""An estimate must fit the time left by this factor (the guard kills what overruns)."""
+TIME_MARGIN = 1.15
+"""An estimate must fit step 2's budget by this factor (its guard kills what overruns; the later steps' budgets
+are safe either way)."""
 SWEEP_STEPS = ("sweep.steps=1", "sweep.warmup_steps=1")
 """Both steps: one warm-up step, then 1 measured: every phase of every method runs (and peaks) in each step."""
 STEPS_PER_RUN = 2
@@ -330,7 +331,7 @@ def plan_step2(preset: str, overrides: list[str], step1_dir: Path, seconds_left:
     plan = choose(candidates_for(preset, overrides, gpu_memory_bytes, times, prompt_tokens, rates),
                   gpu_memory_bytes, seconds_left, memory_source)
     plan.timing = (f"scaled from step 1's measured phases by a {device or 'GPU'} roofline "
-                   f"({rates[0] / 1e9:.0f} GB/s, {rates[1] / 1e12:.0f} TFLOP/s)")
+                   f"({rates[0] / 1e9:g} GB/s, {rates[1] / 1e12:g} TFLOP/s)")
     if plan.chosen:
         plan.overrides = [*overrides, *step2_method_overrides(), *point_overrides(plan.chosen)]
     return plan
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     two = sub.add_parser("step2", help="choose step 2's size; prints its overrides")
     two.add_argument("--step1", required=True, type=Path, help="step 1's suite folder")
-    two.add_argument("--seconds-left", required=True, type=float)
+    two.add_argument("--seconds-left", required=True, type=float, help="step 2's own budget (its guard)")
     two.add_argument("--gpu-memory", default="auto", help="auto (torch / nvidia-smi), host, or bytes")
     two.add_argument("--preset", default="systems-qwen0.5b")
     two.add_argument("--write", type=Path, help="also write the plan as JSON here")

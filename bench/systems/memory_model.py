@@ -69,8 +69,15 @@ largest moment and the prediction lists every moment (``moments``):
 * the optimizer step: torch's fused AdamW on CUDA updates in place (no parameter-sized temporary; measured on
   CPU, where fused AdamW also exists); on the CPU the foreach implementation holds one parameter-sized float32
   buffer for the whole optimizer while it steps (+1.00 x the parameter bytes, measured).
-* evaluation (``eval.enabled``): the worker's greedy evaluation of the trained policy, every network and optimizer
-  still resident: a generate call of ``eval.batch_size`` prompts (KV cache, logits, prefill, one transient cast).
+* evaluation (``eval.enabled``): the worker's greedy evaluation of the trained policy in the one compute numerics
+  (``bench.model.numerics``), every network and optimizer still resident: a generate call of ``eval.batch_size``
+  prompts (KV cache, logits, prefill, one transient cast). Under ZeRO-3 rank 0 evaluates whole float32 copies of
+  the trained networks built beside its shards (the engine's ``_whole_copy`` of the actor and the critic, TRL's
+  ``common.evaluable_policy`` of the policy): rank 0's evaluation peak (7B PPO: 55 GiB of copies beside the
+  engine's 27 GiB of whole frozen networks, more than an 80 GiB GPU holds).
+* the one compute numerics (``bench.model.numerics``): under bf16 autocast every network — bf16-stored frozen
+  networks and LoRA bases too — carries a float32 residual stream (their embeddings are hooked), so norms, layer
+  inputs and the K cache are float32 everywhere; only DeepSpeed's bf16 modules (TRL under ZeRO) are bf16 through.
 
 **Stages** (:mod:`bench.systems.memory_stages`, their own processes): the sample pool (the frozen starting policy
 generating ``sample_pool.batch_size`` x ``samples_per_prompt`` completions per call) and the reward model (TRL's
@@ -113,7 +120,8 @@ Training Trillion Parameter Models", arXiv:1910.02054, section 5). Every layout 
 - ``zero3_what_if`` (engine methods only, labelled a what-if, not what the engine does): the alternative verl and
   OpenRLHF use — the frozen networks sharded under ZeRO-3 like the trained ones (or run as DeepSpeed inference
   engines) and generation from a bf16 gather of the actor (a bf16 residual and K cache, nothing to cast).
-  ``bench estimate`` shows its GPU count beside the engine's.
+  It also evaluates from that bf16 gather (no whole float32 copies). ``bench estimate`` shows its GPU count beside
+  the engine's (``--what-if --gpus N``: one count).
 - ``zero3_offload``: ZeRO-3 with the optimizer (master weights, moments, a float32 gradient partition) and the
   weights offloaded to CPU memory (``offload_optimizer`` / ``offload_param``: cpu). The GPU keeps the gathered
   modules and the per-phase terms; the offloaded bytes are reported as host memory, summed over the ranks. The

@@ -154,11 +154,12 @@ def generation_moments(shape: Shape, s: Settings, sequences: int, prompt: int, c
 
 def transient_cast(shape: Shape, s: Settings, net: NetworkMemory) -> int:
     """The one bf16 cast alive when a network whose float32 weights are cast per use (autocast's cache off, or a
-    weight that does not require grad) computes: the largest linear (the LM head for an LM). 0 in float32 and for
-    a bf16 base (nothing to cast but LoRA's small adapters)."""
-    if s.compute == "float32" or net.lora or net.residual_bytes != 4:
+    weight that does not require grad) computes: the largest linear (the LM head for an LM). 0 in float32 and for a
+    bf16-stored network or base (nothing to cast but LoRA's small adapters)."""
+    if s.compute == "float32" or net.lora or net.storage != "float32":
         return 0
-    return 2 * max([n_in * n_out for n_in, n_out in shape.layer_linears()] + [shape.vocab * shape.hidden])
+    head = [shape.vocab * shape.hidden] if net.role in ("actor", "reference") else []
+    return 2 * max([n_in * n_out for n_in, n_out in shape.layer_linears()] + head)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -316,7 +317,7 @@ def phase_moments(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
             casts = 0 if what_if else transient_cast(shape, s, actor)  # Engine.sample: autocast's cache off
         else:  # TRL: each decoding forward is its own cached autocast region (accelerate wraps forward)
             casts = actor.working_copy_bytes
-        residual = 2 if what_if else A.residual
+        residual = A.residual  # the what-if's bf16 copy computes in the one numerics too: K stays float32
         gen = generation_moments(shape, s, rollout, s.prompt_tokens, s.completion_tokens, residual, compute, casts)
         gathered: Terms = {}
         if zero and layout.stage == 3 and engine:
@@ -332,7 +333,7 @@ def phase_moments(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
         if "reward" in nets:
             out["reward"] = {"reward model forward": {
                 "forward_working": forward_working_bytes(shape, compute, mb * L),
-                "last_hidden_state": mb * L * shape.hidden * DTYPE_BYTES[s.dtype]}}
+                "last_hidden_state": mb * L * shape.hidden * nets["reward"].residual_bytes}}
     if engine:
         T = s.completion_tokens
         chunk = 4 * T * shape.vocab
@@ -362,26 +363,45 @@ def phase_moments(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
         elif "reference" in nets:
             out["reference"] = {"reference log-probs": trl_reference_forward(shape, s, mb)}
 
-    # The optimizer step. torch's fused AdamW on CUDA updates in place (no parameter-sized temporary); on the CPU
-    # the foreach implementation holds one parameter-sized float32 buffer (sqrt of exp_avg_sq) for all of an
-    # optimizer's parameters at once. The optimizers step one after another; under ZeRO each steps this GPU's
-    # float32 partition, offloaded it steps on the CPU.
-    trained = [n.trainable_parameters * 4 if zero else n.gradients_bytes for n in nets.values() if n.trained]
-    parts = 0 if layout is not None and layout.offload_optimizer else (layout.gpus if zero else 1)
-    if s.device == "cpu":
-        step = {"adamw_foreach_buffer": max((math.ceil(b / parts) for b in trained), default=0) if parts else 0}
-    else:
-        step = {"adamw_fused": 0}
-    if freed:
-        step = {"gradients": grads, **step}
-    out["optimizer_step"] = {"step": step}
+    out["optimizer_step"] = {"step": {**({"gradients": grads} if freed else {}),
+                                      **optimizer_step_terms(s, nets, layout)}}
 
     if s.evaluation:  # the worker evaluates the trained policy with every network and optimizer still resident
         residual = A.residual if not bf16_modules else DTYPE_BYTES[s.dtype]
         casts = 0 if bf16_modules else transient_cast(shape, s, actor)
-        out["evaluation"] = generation_moments(shape, s, s.eval_batch_size, s.prompt_tokens, s.eval_completion_tokens,
-                                               residual, compute, casts)
+        evaluation = generation_moments(shape, s, s.eval_batch_size, s.prompt_tokens, s.eval_completion_tokens,
+                                        residual, compute, casts)
+        if zero and layout.stage == 3 and what_if:
+            # The what-if evaluates as it generates: from a bf16 gather of the actor.
+            evaluation = {name: {**terms, "gathered_actor": actor.parameters * 2} for name, terms in evaluation.items()}
+        elif zero and layout.stage == 3:
+            # Rank 0 evaluates a whole copy of each trained network, built as the recipe builds it (float32 masters;
+            # the engine's _whole_copy of the actor and the critic, TRL's common.evaluable_policy of the policy),
+            # beside its shards: rank 0's peak.
+            whole = sum(n.weights_bytes for n in nets.values() if n.trained and (engine or n.role == "actor"))
+            evaluation = {name: {**terms, "whole_copy_rank0": whole} for name, terms in evaluation.items()}
+        out["evaluation"] = evaluation
     return out
+
+
+CPU_ADAMW_TEMPORARIES = 3
+"""Copies of one parameter tensor torch's default (for-loop) AdamW holds at once on a CPU (two of the tensor it
+steps and one left from the previous: measured in tests/test_memory_measured.py)."""
+
+
+def optimizer_step_terms(s: Settings, nets: dict[str, NetworkMemory], layout: Layout | None = None) -> Terms:
+    """What the AdamW step adds, as ``baselines.common.adamw_implementation`` picks it: torch's fused kernel on CUDA
+    (in place: nothing parameter-sized), torch's default on a CPU (the for-loop: temporaries the size of the
+    largest parameter tensor; under ZeRO DeepSpeed hands it one flat partition, so of that). The optimizers step one
+    after another; offloaded (ZeRO's offload_optimizer), the step runs on the CPU and adds nothing here."""
+    if s.device != "cpu":
+        return {"adamw_fused": 0}
+    zero = layout is not None and layout.stage > 0
+    if zero and layout.offload_optimizer:
+        return {"adamw_step_temporaries": 0}
+    largest = [math.ceil(n.trainable_parameters / layout.gpus) if zero else n.largest_trainable_tensor
+               for n in nets.values() if n.trained]
+    return {"adamw_step_temporaries": CPU_ADAMW_TEMPORARIES * 4 * max(largest, default=0)}
 
 
 def totals(moments: dict[str, Moments]) -> dict[str, Terms]:

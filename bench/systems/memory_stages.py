@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from bench.systems.memory_phases import (Moments, generation_moments, layer_gradient, layers_saved, outside_allocator,
-                                         peak_moment, peak_of, rebuilt_layer, totals, trained_net)
-from bench.systems.memory_terms import (DTYPE_BYTES, NetworkMemory, Settings, Shape, final_norm_bytes,
+from bench.systems.memory_phases import (Moments, generation_moments, layer_gradient, layers_saved,
+                                         optimizer_step_terms, outside_allocator, peak_moment, peak_of, rebuilt_layer,
+                                         totals, trained_net, transient_cast)
+from bench.systems.memory_terms import (NetworkMemory, Settings, Shape, final_norm_bytes,
                                         forward_working_bytes, network_memory)
 
 STAGES_OF: dict[str, tuple[str, ...]] = {
@@ -57,9 +58,13 @@ class StagePrediction:
 
 
 def reward_model_pairs_per_micro_batch(s: Settings) -> int:
-    """Pairs per forward/backward of the reward-model stage: ``train.micro_batch_size`` pairs (0: the whole step),
-    at most the step's ``reward_model.batch_size``."""
-    return min(s.micro_batch_size or s.reward_model_pairs, s.reward_model_pairs)
+    """Pairs per forward/backward of the reward-model stage (``baselines.reward_model.pair_micro_batch``): the
+    largest divisor of ``reward_model.batch_size`` not above ``train.micro_batch_size`` (0, or at least the batch:
+    the whole batch)."""
+    batch, micro = s.reward_model_pairs, s.micro_batch_size
+    if not micro or micro >= batch:
+        return batch
+    return max(d for d in range(1, micro + 1) if batch % d == 0)
 
 
 def reward_model_moments(shape: Shape, s: Settings, net: NetworkMemory) -> dict[str, Moments]:
@@ -67,8 +72,9 @@ def reward_model_moments(shape: Shape, s: Settings, net: NetworkMemory) -> dict[
     forward of 2 x pairs sequences of prompt + completion tokens under autocast (gradient checkpointing per
     ``gradient_checkpointing``); the ``score`` row reads every position's hidden state (a bf16 cast of the whole
     float32 final-norm output); gradients exist from the first backward to the optimizer step. The held-out
-    accuracy (``pairwise_accuracy``) runs ``reward_model_eval_pairs`` pairs per forward with no autocast, so in
-    float32, with the optimizer state resident."""
+    accuracy (``pairwise_accuracy``) runs ``reward_model_eval_pairs`` pairs per forward in the actor's numerics
+    (``bench.model.numerics.actor_numerics``: bf16 autocast with its cache off, a float32 residual stream), with
+    the optimizer state resident: one layer's working set, the float32 last hidden state and one transient cast."""
     L = s.prompt_tokens + s.completion_tokens
     sequences = 2 * reward_model_pairs_per_micro_batch(s)
     tokens, compute, h, ck = sequences * L, s.compute, shape.hidden, s.gradient_checkpointing
@@ -87,20 +93,20 @@ def reward_model_moments(shape: Shape, s: Settings, net: NetworkMemory) -> dict[
                      "weight_gradient": layer_gradient(shape, s, t, tokens)},
         "embedding gradient": {"gradients": grads, "weight_gradient": t.embedding_gradient},
     }
-    step = {"gradients": grads, **({"adamw_foreach_buffer": grads} if s.device == "cpu" else {"adamw_fused": 0})}
+    step = {"gradients": grads, **optimizer_step_terms(s, {"reward": net})}
     eval_tokens = 2 * s.reward_model_eval_pairs * L
-    evaluation = {"forward_working": forward_working_bytes(shape, "float32", eval_tokens),
-                  "last_hidden_state": 4 * h * eval_tokens}
+    evaluation = {"forward_working": forward_working_bytes(shape, compute, eval_tokens),
+                  "last_hidden_state": 4 * h * eval_tokens, "weight_casts": transient_cast(shape, s, net)}
     return {"update": update, "optimizer_step": {"step": step}, "evaluation": {"held-out accuracy": evaluation}}
 
 
 def sample_pool_moments(shape: Shape, s: Settings) -> dict[str, Moments]:
     """The sample-pool stage's one phase that matters: generate calls of ``pool_batch_size`` prompts x
-    ``pool_samples`` completions from the starting policy stored in the spec's dtype, with no autocast (so its
-    residual stream, K and V are all in that dtype, and nothing is cast)."""
+    ``pool_samples`` completions from the starting policy stored in the spec's dtype, sampled in the actor's
+    numerics (bf16 autocast, a float32 residual stream: K float32, V bf16; the bf16 weights need no cast)."""
     sequences = s.pool_batch_size * s.pool_samples
-    size = DTYPE_BYTES[s.dtype]
-    return {"generation": generation_moments(shape, s, sequences, s.prompt_tokens, s.completion_tokens, size, s.dtype, 0)}
+    return {"generation": generation_moments(shape, s, sequences, s.prompt_tokens, s.completion_tokens, 4, s.compute,
+                                             0)}
 
 
 def stage_memory(shape: Shape, stage: str, s: Settings) -> StagePrediction:

@@ -111,6 +111,10 @@ class Shape:
         per_layer = sum(n_in * n_out for n_in, n_out in self.layer_linears())
         return per_layer * self.layers + (self.vocab * self.hidden if lm_head else 0)
 
+    def lora_rank_tensor(self, rank: int) -> int:
+        """Elements of the largest LoRA adapter matrix of rank ``rank`` (r x the widest input or output)."""
+        return rank * max(max(n_in, n_out) for n_in, n_out in self.layer_linears())
+
     def lora_parameters(self, rank: int) -> tuple[int, int]:
         """(elements, tensors) of peft ``all-linear`` adapters of rank ``rank``: A (r x in) and B (out x r) on every
         decoder linear layer, none on the LM head."""
@@ -212,8 +216,13 @@ class NetworkMemory:
     lora: bool = False
     """Adapters on a frozen base (the base is stored in ``storage``)."""
     residual_bytes: int = 4
-    """Bytes per element of the residual stream, the dtype of the embedding (float32 for a trained network, the
-    base's dtype under LoRA, the stored dtype for a frozen one): norms, layer inputs and the K cache take it."""
+    """Bytes per element of the residual stream: float32 for every network, bf16-stored ones included — the one
+    compute numerics (``bench.model.numerics.fp32_residual_stream``) makes a bf16 network's embeddings return
+    float32 under autocast, so it computes as the float32-stored actor; only DeepSpeed's bf16 modules (TRL under
+    ZeRO, no autocast) carry a bf16 residual (``memory_phases.trained_net``). Norms, layer inputs and the K cache
+    take it."""
+    largest_trainable_tensor: int = 0
+    """Elements of the largest trained parameter tensor (the CPU's for-loop AdamW holds temporaries of its size)."""
 
     @property
     def static_bytes(self) -> int:
@@ -243,11 +252,10 @@ def network_memory(shape: Shape, role: str, settings: Settings, trained: bool | 
     else:  # reward: sequence classification, score row (1 x h), no bias
         tensors = shape.backbone_tensors() + [shape.hidden]
     if role == "reference" and settings.lora_rank > 0:
-        return NetworkMemory(role, False, settings.dtype, 0, 0, 0, 0, 0, 0, residual_bytes=frozen_size)
+        return NetworkMemory(role, False, settings.dtype, 0, 0, 0, 0, 0, 0)
     base = sum(tensors)
     if not trained:
-        return NetworkMemory(role, False, settings.dtype, base, 0, base * frozen_size, 0, 0, 0,
-                             residual_bytes=frozen_size)
+        return NetworkMemory(role, False, settings.dtype, base, 0, base * frozen_size, 0, 0, 0)
     autocast = settings.dtype != "float32"
     if lora:
         adapters, adapter_tensors = shape.lora_parameters(settings.lora_rank)
@@ -257,15 +265,16 @@ def network_memory(shape: Shape, role: str, settings: Settings, trained: bool | 
         # The frozen base in the spec's dtype; adapters (peft upcasts them) and the value head in float32.
         weights = frozen * frozen_size + 4 * trainable
         copies = 2 * adapters if autocast else 0  # autocast caches the adapters' casts; the base needs none
+        largest = max([shape.lora_rank_tensor(settings.lora_rank)] + head)
         return NetworkMemory(role, True, settings.dtype, base + adapters, trainable, weights, 4 * trainable,
                              ADAM_MOMENTS * 4 * trainable + ADAM_STEP_BYTES * trainable_tensors, copies, lora=True,
-                             residual_bytes=frozen_size)
+                             largest_trainable_tensor=largest)
     # Under bf16 autocast a trained network's linear weights get a cached bf16 copy while it computes.
     copies = 2 * shape.linear_weights(lm_head=role == "actor") if autocast else 0
     return NetworkMemory(role=role, trained=True, storage="float32", parameters=base, trainable_parameters=base,
                          weights_bytes=4 * base, gradients_bytes=4 * base,
                          optimizer_bytes=ADAM_MOMENTS * 4 * base + ADAM_STEP_BYTES * len(tensors),
-                         working_copy_bytes=copies, residual_bytes=4)
+                         working_copy_bytes=copies, largest_trainable_tensor=max(tensors))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,8 +285,8 @@ def activation_bytes_per_token_layer(shape: Shape, dtype: str, residual: int = 4
                                      lora_rank: int = 0) -> int:
     """Bytes one token saves for backward in one decoder layer without checkpointing (bench.systems.memory_model).
 
-    ``dtype``: the compute dtype (bfloat16 under autocast); ``residual``: bytes of the residual stream (4: a
-    float32-stored network; 2: a bf16 base or bf16 modules); ``norms_trained``: the RMSNorm weights are trained
+    ``dtype``: the compute dtype (bfloat16 under autocast); ``residual``: bytes of the residual stream (4 under the
+    one compute numerics; 2: DeepSpeed's bf16 modules); ``norms_trained``: the RMSNorm weights are trained
     (they then save the normalised input); ``lora_rank``: each adapted linear saves its rank-wide A output.
     """
     a, r = DTYPE_BYTES[dtype], residual
@@ -334,9 +343,12 @@ def final_norm_bytes(shape: Shape, dtype: str, tokens: int, head_tokens: int | N
 
 def forward_working_bytes(shape: Shape, dtype: str, tokens: int) -> int:
     """One layer's transient working set in a forward that saves nothing (no grad, or a checkpointed layer's first
-    forward): the MLP's three intermediates dominate."""
+    forward): the MLP's three intermediates dominate, beside q, k and v, the float32 residual stream and the norm's
+    float32 output (3 x 4 x h: the residual, its sum, the normalised input) and the float32 RoPE tables (cos and
+    sin, 2 x head_dim x 4) shared by the layers (measured on a prefill: tests/test_memory_measured.py)."""
     a = DTYPE_BYTES[dtype]
-    return tokens * (3 * a * shape.intermediate + a * (shape.q_width + 2 * shape.kv_width) + 2 * 4 * shape.hidden)
+    return tokens * (3 * a * shape.intermediate + a * (shape.q_width + 2 * shape.kv_width) + 3 * 4 * shape.hidden
+                     + 2 * 4 * shape.head_dim)
 
 
 FUSED_CHUNK = (4096, 32768)
@@ -374,9 +386,9 @@ def kv_cache_bytes(shape: Shape, dtype: str, sequences: int, tokens: int, residu
     """K and V of every layer for ``sequences`` x ``tokens`` while a network generates under compute ``dtype``.
 
     V is the v projection's output (compute-dtype bytes); K passes through RoPE, whose cos/sin tables take the
-    residual stream's dtype (``residual`` bytes): float32 for the fp32-stored actor, so type promotion stores K
-    in float32 even under bf16 autocast (measured on the HF cache: tests/test_memory_model.py); bf16 for a bf16
-    base or a frozen bf16 network.
+    residual stream's dtype (``residual`` bytes): float32 under the one compute numerics (a bf16-stored network's
+    residual is float32 too), so type promotion stores K in float32 even under bf16 autocast (measured on the HF
+    cache: tests/test_memory_measured.py); bf16 only for DeepSpeed's bf16 modules.
     """
     per_token = shape.layers * shape.kv_width * (residual + DTYPE_BYTES[dtype])
     return per_token * sequences * tokens
