@@ -78,7 +78,8 @@ def test_transformers_settings_never_reach_vllm() -> None:
 def test_trls_engine_gets_the_cpu_kv_cache_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """TRL passes vLLM no KV-cache size; on a CPU vLLM would take 0.3 of free memory (6.3 GiB measured here)."""
     for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded, so the test leaves the environment as it found it
+        monkeypatch.delenv(name)
     vb.prepare_trl_environment({"cpu_kv_cache_gib": 0.25}, "cuda")
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     vb.prepare_trl_environment({"cpu_kv_cache_gib": 0.25}, "cpu")

@@ -256,6 +256,7 @@ class VllmGenerator:
         if self.on_cpu:
             kwargs["enforce_eager"] = True  # no graph capture on a CPU
             kwargs["kv_cache_memory_bytes"] = int(float(options.get("cpu_kv_cache_gib", 1.0)) * 2**30)
+            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # vLLM's CPU build would let it override the size above
         else:
             kwargs["gpu_memory_utilization"] = float(options.get("gpu_memory_utilization", 0.3))
             kwargs["enable_sleep_mode"] = self.sleep_available()
