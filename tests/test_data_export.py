@@ -103,8 +103,8 @@ def test_an_unwritable_folder_is_one_line_exit_2(tmp_path: Path, capsys: pytest.
     blocker.write_text("not a folder")
     assert main(["data", "--preset", "cpu-quick", "--export", str(blocker / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"bench: error: cannot write the splits to {blocker / 'out'}") and err.count("\n") == 1
-    assert "--export" in err
+    # bench.cli checks every path argument first (bench.config.paths, issue 24): the message says what the path is
+    assert err.startswith(f"bench: error: --export '{blocker / 'out'}' runs through a file") and err.count("\n") == 1
 
 
 def test_a_failed_write_keeps_the_earlier_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

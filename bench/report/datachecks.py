@@ -74,11 +74,24 @@ def split_text(suite: Suite) -> str:
     return f"the {name}"
 
 
-def interval_text(suite: Suite) -> str:
-    """How the accuracy intervals treat the questions: one per cluster, or clusters of several."""
+def clusters(suite: Suite) -> tuple[float | None, float | None, str]:
+    """(questions, clusters, unit) of the evaluated split: from the data checks, else counted from the first ok
+    method run's per-question verdicts (results written before the checks recorded clusters)."""
     found = checks(suite)
     n, k = fmt.num(found.get("questions")), fmt.num(found.get("clusters"))
-    unit = str(found.get("cluster_unit") or "question")
+    unit = str(found.get("cluster_unit") or "")
+    if n is None or k is None:
+        for run in suite.methods:
+            if run.status == "ok" and run.verdicts:
+                scored = fmt.clustered_score(run, suite.headline_mode)
+                if scored is not None:
+                    return scored["n"], scored["clusters"], unit or fmt.cluster_unit(run)
+    return n, k, unit or "question"
+
+
+def interval_text(suite: Suite) -> str:
+    """How the accuracy intervals treat the questions: one per cluster, or clusters of several."""
+    n, k, unit = clusters(suite)
     if n is None or k is None:
         return "Wilson intervals over the questions (clusters not recorded: read as independent questions)"
     if n == k:
@@ -104,12 +117,13 @@ def data_checks_table(suite: Suite) -> fmt.Table:
         return f"{int(v):,}" + (f" of {int(n):,} ({v / n:.1%})" if n else "")
 
     rows = []
+    n_q, k, unit = clusters(suite)
+    n = n if n is not None else n_q
     if n is not None:
         rows.append([f"{name}: questions", f"{int(n):,}", fmt.MISSING])
-    if fmt.num(found.get("clusters")) is not None:
-        unit = str(found.get("cluster_unit") or "question")
-        k = int(found["clusters"])
-        rows.append([f"{name}: clusters ({unit}s)", f"{k:,}",
+    if k is not None:
+        recorded = "" if fmt.num(found.get("clusters")) is not None else " (counted from the per-question files)"
+        rows.append([f"{name}: clusters ({unit}s){recorded}", f"{int(k):,}",
                      "one question each: independent units" if n == k else
                      f"several questions per {unit}: the statistics resample and test {unit}s"])
     verdicts = {"question_overlap": "held out by question", "working_overlap": "held out by whole working",

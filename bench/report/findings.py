@@ -306,7 +306,7 @@ def _start_findings(suite: Suite) -> list[Finding]:
     return [Finding("Against the starting checkpoint, " + "; ".join(p for p in parts if p),
                     f"{headline_mode(suite)}, {tables.tests_used(tests)} on the same "
                     f"{fmt.n_text(tests[0]['n'], tests[0]['clusters'], tests[0]['unit'])}, Holm-adjusted over "
-                    f"{len(tests)} runs, α = {ALPHA}")]
+                    f"{len(tests)} run{'s' if len(tests) != 1 else ''}, α = {ALPHA}")]
 
 
 def _speed_findings(suite: Suite) -> list[Finding]:
