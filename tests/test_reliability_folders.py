@@ -13,7 +13,6 @@ The runs here use stand-in workers (tests/test_runner_failures.py), so each test
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 

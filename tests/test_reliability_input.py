@@ -24,7 +24,7 @@ import pytest
 from bench.cli import main
 from bench.config.loading import MAX_NODES, MAX_PRESET_BYTES, load_spec
 from bench.errors import SpecError
-from bench.results import empty_result, incomplete_reason, result_problems, write_json_atomic
+from bench.results import incomplete_reason, result_problems, write_json_atomic
 
 BOMB = """name: bomb
 tuning:
