@@ -91,7 +91,7 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
     "verdict": str                             # param_change.VERDICTS: "moved", "no learning signal", "within the
   },                                           # weight-decay floor", "mostly rounded away", "unchanged (learning
                                                # rate 0)", "not moved", "not measured"
-  "learning_signal": {                 # method runs: did the reward ever tell a prompt's completions apart?
+  "learning_signal": null | {          # method runs: did the reward ever tell a prompt's completions apart?
     "zero_std_groups_mean": float | null,      # share of groups whose G rewards were equal (null: no groups, DPO)
     "source": str,                             # where it was read (engine: every step; TRL: its logged points)
     "no_learning_signal": bool | null          # true: every group of every step had equal rewards (advantage 0)
@@ -569,6 +569,7 @@ def empty_result(run_id: str, kind: str, method: str, label: str, engine: str, s
         "throughput": {},
         "phases": {},
         "training_change": None,
+        "learning_signal": None,
         "generation": None,
         "curves": [],
         "metrics": {},

@@ -209,7 +209,7 @@ def test_a_lora_model_on_a_bf16_base_saves_what_the_model_names_and_no_weight_ca
 def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype, stored, hooked):
     """K takes the residual stream's dtype (RoPE promotes it): float32 under autocast over the fp32-stored actor and
     over a bf16-stored network in the one numerics (its embeddings hooked to float32); bf16 only for a bf16 network
-    without the hook (DeepSpeed's bf16 modules); V the compute dtype."""
+    without the hook (DeepSpeed's bf16 modules); V is promoted to K's dtype by the cache's first concatenation."""
     from bench.model.numerics import fp32_residual_stream
     from bench.systems.memory_terms import kv_cache_bytes
 
@@ -221,7 +221,7 @@ def test_kv_cache_equals_the_hugging_face_cache_of_a_prefill(dtype, stored, hook
         cache = model(input_ids=torch.randint(5, 2000, (3, 20)), use_cache=True).past_key_values
     held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     residual = 4 if stored == "float32" or hooked else 2
-    assert held == kv_cache_bytes(shape_of(name, scale), dtype, 3, 20, residual)
+    assert held == kv_cache_bytes(shape_of(name, scale), 3, 20, residual)
 
 
 # ------------------------------------------------------------------------------------------------ transients
@@ -464,7 +464,9 @@ def test_ddp_allocates_a_bucket_copy_of_the_gradients_once():
         first = torch.nn.Sequential(torch.nn.Linear(64, 64))
         warm = torch.nn.parallel.DistributedDataParallel(first)  # the group's one-time allocations, not measured
         model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.Linear(512, 128))
-        peak, held, wrapped = allocation_peak(lambda: torch.nn.parallel.DistributedDataParallel(model))
+        # init_sync off: the initial broadcast's flattened copy of the weights is transient, and gloo may free it on
+        # its own thread, where the profiler does not see the free (it then reads as held: a flaky 2x).
+        peak, held, wrapped = allocation_peak(lambda: torch.nn.parallel.DistributedDataParallel(model, init_sync=False))
         gradients = sum(p.numel() * 4 for p in model.parameters())
         assert abs(held - gradients) / gradients < 0.02, (held, gradients)
         del wrapped, warm

@@ -49,15 +49,15 @@ def test_static_terms_of_a_small_ppo_step_match_hand_arithmetic():
 def test_every_phase_of_a_small_ppo_step_matches_hand_arithmetic():
     p = predict(SMALL, "ppo", SMALL_SETTINGS)
     gen = p.moments["generation"]
-    # 2 prompts x G 2 = 4 sequences of 3 + 5 tokens: 2 layers x kv width 4 x (fp32 K 4 B + bf16 V 2 B) = 48 B a
-    # token. The prefill holds the prompts' cache (4 x 3 tokens) and one layer's no-grad working set over them:
+    # 2 prompts x G 2 = 4 sequences of 3 + 5 tokens: 2 layers x kv width 4 x (fp32 K 4 B + V 4 B, promoted to K's
+    # dtype by the cache) = 64 B a token. The prefill holds the prompts' cache (4 x 3 tokens) and one layer's no-grad working set over them:
     # 3 x 2 x 16 (MLP) + 2 x (8 + 2 x 4) (q, k, v) + 3 x 4 x 8 (fp32 residual, sum, norm) + 2 x 4 x 4 (RoPE
     # tables) = 256 B a token; the last decoding step the whole
     # cache and 5 float32 copies of every sequence's next-token logits (32 entries).
-    assert gen["prefill"] == {"kv_cache": 12 * 48, "prefill_working": 12 * 256, "weight_casts": 512}
-    assert gen["last decoding step"] == {"kv_cache": 4 * 8 * 48, "sampling_logits": 5 * 4 * 32 * 4,
+    assert gen["prefill"] == {"kv_cache": 12 * 64, "prefill_working": 12 * 256, "weight_casts": 512}
+    assert gen["last decoding step"] == {"kv_cache": 4 * 8 * 64, "sampling_logits": 5 * 4 * 32 * 4,
                                          "weight_casts": 512}
-    assert p.kv_cache_bytes == 1536 and p.phases["generation"]["total"] == 1536 + 2560 + 512
+    assert p.kv_cache_bytes == 2048 and p.phases["generation"]["total"] == 2048 + 2560 + 512
     # The engine samples with autocast's weight cache off: one transient bf16 cast, the largest linear (the LM
     # head 32 x 8 = 256 elements x 2 B); TRL's GRPO caches within each decoding forward: the whole copy.
     assert predict(SMALL, "grpo", SMALL_SETTINGS).phases["generation"]["weight_casts"] == 2816
@@ -354,10 +354,10 @@ def test_the_engine_under_zero2_and_zero3_every_term_by_hand():
 
     # Phases: 4 sequences over 2 GPUs, 2 each, micro-batches of 2 (16 tokens); the terms of the phase test.
     gen = zero3.phases["generation"]
-    assert gen == {"kv_cache": 2 * 8 * 48, "sampling_logits": 5 * 4 * 32 * 2,
+    assert gen == {"kv_cache": 2 * 8 * 64, "sampling_logits": 5 * 4 * 32 * 2,
                    "weight_casts": 512,  # the engine's one transient bf16 cast (the LM head), as on one GPU
                    "gathered_actor": 1736 * 4,  # GatheredParameters: the whole fp32 actor beside its shard
-                   "total": 768 + 1280 + 512 + 6944}
+                   "total": 1024 + 1280 + 512 + 6944}
     assert zero3.phases["reward"]["total"] == 16 * 256 + 16 * 8 * 4 == 4608
     assert zero3.phases["reference"]["total"] == 4096 + 768 + 1280
     assert zero3.phases["critic"] == {"critic_weight_casts": 2304, "forward_working": 4096,
@@ -372,7 +372,7 @@ def test_the_engine_under_zero2_and_zero3_every_term_by_hand():
     assert (zero3.peak_phase, zero3.peak_bytes) == ("update", 43672 + 35008)
     # ZeRO-2: the same phases without the gather (the weights are whole already).
     assert "gathered_actor" not in zero2.phases["generation"]
-    assert zero2.phases["generation"]["total"] == 768 + 1280 + 512
+    assert zero2.phases["generation"]["total"] == 1024 + 1280 + 512
     assert {k: v for k, v in zero2.phases.items() if k != "generation"} == {
         k: v for k, v in zero3.phases.items() if k != "generation"}
     assert (zero2.peak_phase, zero2.peak_bytes) == ("update", 45258 + 35008)
@@ -400,7 +400,7 @@ def test_the_engine_what_if_shards_the_frozen_networks_and_gathers_in_bf16():
     assert engine.static["weights"] - what_if.static["weights"] == (2976 + 3472) // 2
     # Generation from a bf16 gather: 2 bytes a parameter, nothing to cast; in the one numerics K stays float32.
     gen = what_if.phases["generation"]
-    assert (gen["gathered_actor"], gen["kv_cache"], gen.get("weight_casts", 0)) == (1736 * 2, 2 * 8 * 48, 0)
+    assert (gen["gathered_actor"], gen["kv_cache"], gen.get("weight_casts", 0)) == (1736 * 2, 2 * 8 * 64, 0)
     with pytest.raises(ValueError, match="ZeRO stage 3"):
         Layout(2, 2, what_if_engine=True)
     # bench estimate shows it for the engine's methods, labelled, with its GPU count (fewer at 7B).
@@ -486,8 +486,8 @@ def test_lora_trains_adapters_on_a_bf16_base_and_the_reference_costs_nothing():
     assert (actor.working_copy_bytes, critic.working_copy_bytes) == (1024, 1024)
     assert "weight_casts" not in p.phases["generation"]
     assert predict(SMALL, "grpo", lora).phases["generation"]["weight_casts"] == 1024
-    # The K cache stays float32 (the float32 residual stream): 4 sequences x 8 tokens x 48 B.
-    assert p.phases["generation"]["kv_cache"] == 4 * 8 * 48
+    # The K cache stays float32 (the float32 residual stream): 4 sequences x 8 tokens x 64 B (V promoted to K's dtype by the cache).
+    assert p.phases["generation"]["kv_cache"] == 4 * 8 * 64
 
 
 def test_lora_under_zero_shards_the_adapters_state_and_keeps_no_reference():
@@ -586,10 +586,10 @@ def test_the_reward_model_and_sample_pool_stages_by_hand():
     assert rm.phases["optimizer_step"] == {"gradients": 5952, "total": 5952}
     pool = stage_memory(SMALL, "sample_pool", s)
     # The frozen bf16 policy (1736 x 2) generating 2 prompts x 3 completions in the actor's numerics: float32 K and
-    # bf16 V (48 B a token) over 6 x 8 tokens at the last decoding step, beside 5 float32 copies of 6 x 32 logits;
-    # its bf16 weights need no cast.
+    # V promoted to K's dtype (64 B a token) over 6 x 8 tokens at the last decoding step, beside 5 float32 copies of
+    # 6 x 32 logits; its bf16 weights need no cast.
     assert pool.resident_bytes == 3472
-    assert pool.moments["generation"]["last decoding step"] == {"kv_cache": 6 * 8 * 48,
+    assert pool.moments["generation"]["last decoding step"] == {"kv_cache": 6 * 8 * 64,
                                                                  "sampling_logits": 5 * 4 * 32 * 6, "weight_casts": 0}
     assert set(predict(SMALL, "ppo", SMALL_SETTINGS).stages) == {"sample_pool", "reward_model"}
     assert set(predict(SMALL, "dpo", SMALL_SETTINGS).stages) == {"sample_pool"}
@@ -599,9 +599,9 @@ def test_the_reward_model_and_sample_pool_stages_by_hand():
 def test_evaluation_is_a_phase_with_every_network_resident():
     p = predict(SMALL, "grpo", replace(SMALL_SETTINGS, evaluation=True, eval_batch_size=3, eval_completion_tokens=7))
     last = p.moments["evaluation"]["last decoding step"]
-    # 3 prompts x (3 + 7) tokens of fp32 K and bf16 V (48 B a token), 5 float32 copies of 3 x 32 logits, the one
+    # 3 prompts x (3 + 7) tokens of fp32 K and V (V promoted by the cache; 64 B a token), 5 float32 copies of 3 x 32 logits, the one
     # transient cast of the LM head.
-    assert last == {"kv_cache": 3 * 10 * 48, "sampling_logits": 5 * 4 * 32 * 3, "weight_casts": 512}
+    assert last == {"kv_cache": 3 * 10 * 64, "sampling_logits": 5 * 4 * 32 * 3, "weight_casts": 512}
     assert "evaluation" not in predict(SMALL, "grpo", SMALL_SETTINGS).phases  # eval.enabled false
 
 

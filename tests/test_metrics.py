@@ -71,8 +71,21 @@ def test_the_engine_logs_only_names_in_the_table(engine_keys) -> None:
     assert {"rm_score", "value_loss", "vf_clipfrac", "explained_variance", "value_mean"} <= engine_keys["ppo"]
 
 
+def _vllm_monitor_keys() -> set[str]:
+    """The keys the suite engine adds under ``generation.backend=vllm``: its sampler-mismatch monitor's, read from
+    the monitor itself over one token (no vLLM here; tests/test_vllm_option.py checks their values)."""
+    import torch
+
+    from baselines.rollout_engine import SamplerMismatch
+    from test_vllm_option import _batch
+
+    monitor = SamplerMismatch(2)
+    monitor.add(torch.tensor([0]), torch.zeros(1, 3), _batch(torch.full((2, 3), -1.0)))
+    return set(monitor.metrics())
+
+
 def test_every_name_in_the_table_is_written_by_some_method(engine_keys) -> None:
-    written = set().union(*engine_keys.values())
+    written = set().union(*engine_keys.values()) | _vllm_monitor_keys()
     for module in _trl_recipes().values():
         written |= set(module.CURVE_NAMES.values())
     assert set(METRIC_NAMES) - written == set()  # a name nothing writes is a dead entry

@@ -23,14 +23,15 @@ from bench_cli import run_bench, run_quick_suite
 
 
 def test_failures_are_recorded_and_reported(tmp_path: Path) -> None:
-    # One warm-start step leaves the policy unable to answer, so the pool has no (correct, incorrect) pair:
-    # the reward model stage fails, PPO (which needs it) is skipped, and DPO fails on its own.
+    # One warm-start step leaves the policy unable to answer, so the pool has no (correct, incorrect) pair: the
+    # reward model stage fails with the user's fix (a UserError naming sample_pool.pairs=gold), PPO (which needs it)
+    # is skipped, and DPO fails on its own.
     out = tmp_path / "suite"
     proc = run_quick_suite(out, "warm_start.steps=1", "methods.grpo.enabled=false", "methods.grpo_engine.enabled=false",
                            "methods.ppo_verifier.enabled=false", cache_dir=tmp_path / "cache")
     assert proc.returncode == 1, proc.stderr[-2000:]  # some runs failed: the report is written all the same
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("3 of 5 runs failed: reward_model (RuntimeError: "), last
+    assert last.startswith("3 of 5 runs failed: reward_model (UserError: the sample pool has 0 preference pairs"), last
     assert "ppo-s0 (skipped: stage reward_model did not finish)" in last and "dpo-s0 (" in last
     assert last.endswith(f"report: {out / 'index.html'}"), last
 
@@ -40,14 +41,15 @@ def test_failures_are_recorded_and_reported(tmp_path: Path) -> None:
     assert result("warm_start")["status"] == "ok"
     reward_model = result("reward_model")
     assert reward_model["status"] == "failed"
-    assert "pairs" in reward_model["error"]["message"] and reward_model["error"]["type"] == "RuntimeError"
+    assert reward_model["error"]["type"] == "UserError"
+    assert "set sample_pool.pairs=gold" in reward_model["error"]["message"]
     assert (out / "runs" / "reward_model" / "traceback.txt").is_file()
     assert reward_model["error"]["memory_at_failure"].endswith("GiB peak (cpu-rss)")  # the reading when it failed
     ppo = result("ppo-s0")
     assert ppo["status"] == "failed" and ppo["error"]["type"] == "PrerequisiteFailed"
     assert "reward_model" in ppo["error"]["message"]
     dpo = result("dpo-s0")
-    assert dpo["status"] == "failed" and "no pairs" in dpo["error"]["message"]
+    assert dpo["status"] == "failed" and "0 preference pairs" in dpo["error"]["message"]
     assert "FAILED" in proc.stderr
 
     with open(out / "results.csv", newline="") as handle:
@@ -56,7 +58,7 @@ def test_failures_are_recorded_and_reported(tmp_path: Path) -> None:
     assert rows["ppo"]["status"] == rows["dpo"]["status"] == "failed"
     assert rows["dpo"]["accuracy_after"] == ""  # not evaluated: empty, never 0
     html = (out / "index.html").read_text()
-    assert "PrerequisiteFailed" in html and "no pairs" in html
+    assert "PrerequisiteFailed" in html and "0 preference pairs" in html
 
 
 def test_resume_refuses_a_changed_spec_and_skips_finished_runs(tmp_path: Path) -> None:

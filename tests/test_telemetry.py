@@ -386,19 +386,28 @@ def test_a_recipe_without_train_hooks_is_timed_whole() -> None:
     assert s["memory"]["baseline_at"] == BASELINE_BEFORE_LOAD
 
 
-def test_baseline_is_read_at_on_train_begin_after_the_models_load() -> None:
+def test_baseline_is_read_at_on_train_begin_after_the_models_load(monkeypatch) -> None:
+    """The resident set is scripted (the process's real RSS need not grow by an allocation: the allocator may hand
+    back pages an earlier test left resident), so the test sees exactly which reading the baseline took."""
+    import psutil
+
     from bench.telemetry.tracker import BASELINE_AFTER_LOAD, BASELINE_BEFORE_LOAD
 
+    resident = {"bytes": 512 * 2**20}
+    real = psutil.Process.memory_info
+    monkeypatch.setattr(psutil.Process, "memory_info",  # children an earlier test left behind count 0
+                        lambda self: real(self)._replace(rss=resident["bytes"] if self.pid == os.getpid() else 0))
     with Telemetry("cpu", interval_s=0.01) as tel:
         before = tel.mark_baseline(BASELINE_BEFORE_LOAD)[CPU_RSS]
         tel.mark_recipe_start()
-        weights = torch.ones(64 * 2**20 // 4)  # 64 MiB of "model", written, so resident
+        resident["bytes"] += 64 * 2**20  # the models load
         _fire(tel.trainer_callback(), "on_train_begin", model=_tiny())
+        resident["bytes"] += 256 * 2**20  # training allocates: after the baseline, so not in it
         tel.mark_recipe_end()
     memory = tel.summary()["memory"]
+    assert before == 512 * 2**20
     assert memory["baseline_at"] == BASELINE_AFTER_LOAD
-    assert memory["baseline_bytes"] >= before + 48 * 2**20  # the loaded weights are in the baseline
-    del weights
+    assert memory["baseline_bytes"] == before + 64 * 2**20  # the loaded weights are in the baseline, training not
 
 
 def test_only_the_first_train_begin_counts() -> None:

@@ -144,10 +144,10 @@ def generation_moments(shape: Shape, s: Settings, sequences: int, prompt: int, c
     layer's working set over every prompt token) and the last decoding step (the whole KV cache of prompt +
     completion tokens and the float32 next-token logits of every sequence); the bf16 weight casts alive in both."""
     copies = SAMPLING_COPIES + (2 if s.fixed_length else 0)
-    return {"prefill": {"kv_cache": kv_cache_bytes(shape, compute, sequences, prompt, residual),
+    return {"prefill": {"kv_cache": kv_cache_bytes(shape, sequences, prompt, residual),
                         "prefill_working": forward_working_bytes(shape, compute, sequences * prompt),
                         "weight_casts": weight_casts},
-            "last decoding step": {"kv_cache": kv_cache_bytes(shape, compute, sequences, prompt + completion, residual),
+            "last decoding step": {"kv_cache": kv_cache_bytes(shape, sequences, prompt + completion, residual),
                                    "sampling_logits": copies * 4 * shape.vocab * sequences,
                                    "weight_casts": weight_casts}}
 

@@ -382,15 +382,17 @@ def fused_head_bytes(shape: Shape, dtype: str, tokens: int, residual: int, backw
     return terms
 
 
-def kv_cache_bytes(shape: Shape, dtype: str, sequences: int, tokens: int, residual: int = 4) -> int:
-    """K and V of every layer for ``sequences`` x ``tokens`` while a network generates under compute ``dtype``.
+def kv_cache_bytes(shape: Shape, sequences: int, tokens: int, residual: int = 4) -> int:
+    """K and V of every layer for ``sequences`` x ``tokens`` in Hugging Face's DynamicCache while a network generates.
 
-    V is the v projection's output (compute-dtype bytes); K passes through RoPE, whose cos/sin tables take the
-    residual stream's dtype (``residual`` bytes): float32 under the one compute numerics (a bf16-stored network's
-    residual is float32 too), so type promotion stores K in float32 even under bf16 autocast (measured on the HF
-    cache: tests/test_memory_measured.py); bf16 only for DeepSpeed's bf16 modules.
+    K passes through RoPE, whose cos/sin tables take the residual stream's dtype (``residual`` bytes): float32 under
+    the one compute numerics (a bf16-stored network's residual is float32 too), so type promotion makes K float32
+    even under bf16 autocast; bf16 only for DeepSpeed's bf16 modules. V is the v projection's compute-dtype output,
+    but the cache (transformers 5.16-5.17, the pinned range) starts each layer as an empty tensor of K's dtype and
+    concatenates onto it, which promotes V to K's dtype: both take ``residual`` bytes (measured on the HF cache:
+    tests/test_memory_measured.py).
     """
-    per_token = shape.layers * shape.kv_width * (residual + DTYPE_BYTES[dtype])
+    per_token = shape.layers * shape.kv_width * 2 * residual
     return per_token * sequences * tokens
 
 
