@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from bench.errors import UserError
 from bench.systems.memory_layouts import LayoutMemory
-from bench.systems.memory_model import MAX_GPUS, Prediction, predict
+from bench.systems.memory_model import MAX_GPUS, Prediction, predict, vllm_when
 from bench.systems.memory_stages import StagePrediction
 from bench.systems.memory_terms import ENGINE_METHODS, GIB, METHOD_ROLES, Layout, Settings
 
@@ -90,6 +90,9 @@ KEY_ALIASES = {
     "eval.enabled": "evaluation",
     "eval.batch_size": "eval_batch_size",
     "eval.max_new_tokens": "eval_completion_tokens",
+    "generation.backend": "generation_backend",
+    "generation.vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "generation.vllm_cpu_kv_cache_gib": "vllm_cpu_kv_cache_gib",
 }
 """Spec-style keys accepted for the Settings fields (so a preset's override reads the same here)."""
 
@@ -129,7 +132,7 @@ def parse_settings(items: list[str], gpu_memory_bytes: int) -> Settings:
     return Settings(**values, gpu_memory_bytes=gpu_memory_bytes)
 
 
-CHOICES = {"dtype": ("float32", "bfloat16"), "device": ("cuda", "cpu")}
+CHOICES = {"dtype": ("float32", "bfloat16"), "device": ("cuda", "cpu"), "generation_backend": ("transformers", "vllm")}
 """The text settings and their values."""
 
 
@@ -153,7 +156,21 @@ def _convert(name: str, raw: str, kind: type) -> Any:
                           "eval_completion_tokens") else 0
     if value < least:
         raise UserError(f"'{name}' must be >= {least}, got '{raw}'")
+    if name == "vllm_gpu_memory_utilization" and not 0 < value <= 1:
+        raise UserError(f"'{name}' must be in (0, 1], got '{raw}'")
     return value
+
+
+def with_backend_flags(settings: Settings, backend: str | None, utilization: float | None) -> Settings:
+    """``settings`` with ``--backend`` and ``--vllm-gpu-memory-utilization`` applied (they win over key=value);
+    UserError for a share outside (0, 1]."""
+    if utilization is not None:
+        if not 0 < utilization <= 1:
+            raise UserError(f"--vllm-gpu-memory-utilization must be in (0, 1], got {utilization:g}")
+        settings = dataclasses.replace(settings, vllm_gpu_memory_utilization=utilization)
+    if backend is not None:
+        settings = dataclasses.replace(settings, generation_backend=backend)
+    return settings
 
 
 def parse_layout(stage: int | None, gpus: int | None, offload: str, what_if: bool = False) -> Layout | None:
@@ -225,6 +242,13 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--what-if", action="store_true",
                         help="ask for the suite engine's ZeRO-3 what-if (not what it does): the reference and reward "
                              "model sharded too, generation from a bf16 gather of the actor")
+    parser.add_argument("--backend", choices=("transformers", "vllm"), default=None,
+                        help="generation.backend (default transformers, the spec's default; the gsm8k-qwen0.5b preset "
+                             "runs vllm): vllm replaces HF generate's KV cache by vLLM's weights copy and "
+                             "preallocated KV cache")
+    parser.add_argument("--vllm-gpu-memory-utilization", type=float, default=None, metavar="SHARE",
+                        help="with --backend vllm: the share of the GPU vLLM takes, in (0, 1] (default 0.3, "
+                             "generation.vllm_gpu_memory_utilization)")
     names = ", ".join(f.name for f in dataclasses.fields(Settings) if f.name != "gpu_memory_bytes")
     parser.add_argument("settings", nargs="*", metavar="key=value",
                         help=f"override the gsm8k-qwen0.5b preset's shapes: {names} (or the spec's keys, e.g. "
@@ -245,7 +269,8 @@ def run_estimate(args: argparse.Namespace) -> int:
         raise UserError(f"--what-if is the suite engine's ({', '.join(ENGINE_METHODS)}); TRL's trainers shard their "
                         f"frozen networks under ZeRO-3 already: use --zero-stage 3")
     fields = load_shape(args.model)
-    settings = parse_settings(args.settings, gpu_memory)
+    settings = with_backend_flags(parse_settings(args.settings, gpu_memory), getattr(args, "backend", None),
+                                  getattr(args, "vllm_gpu_memory_utilization", None))
     try:
         predictions = [predict(fields, m, settings, model=args.model, layout=layout) for m in methods]
     except (KeyError, TypeError, ZeroDivisionError) as exc:
@@ -299,7 +324,7 @@ def format_prediction(p: Prediction) -> str:
                 + (f" (the static total less the {size(p.static_bytes - p.resident_bytes)} of gradients TRL's Trainer "
                    f"frees after each step; they count in the update)" if p.resident_bytes != p.static_bytes else
                    " (the static total)"))
-    lines += ["", resident, "per phase, on top of it (approximate; the phase's largest moment):"]
+    lines += ["", resident, *format_backend(p), "per phase, on top of it (approximate; the phase's largest moment):"]
     lines += format_phases(p.phases, p.moments, p.peak_phase)
     acts = p.activations_bytes
     why = ("the static terms alone exceed one GPU" if p.resident_bytes > s.gpu_memory_bytes
@@ -319,8 +344,27 @@ def format_prediction(p: Prediction) -> str:
     for stage in p.stages.values():
         lines += ["", *format_stage(stage, s.gpu_memory_bytes)]
     lines += ["", "static terms exact; the rest approximate (no allocator cache or fragmentation)",
-              *[f"note: {n}" for n in p.notes[1:]]]
+              *[f"note: {n}" for n in p.notes[1:] if not n.startswith("generation backend vllm")]]  # shown above
     return "\n".join(lines)
+
+
+def format_backend(p: Prediction) -> list[str]:
+    """The generation backend and, with vLLM, its reservation term by term (bench.systems.memory_vllm)."""
+    s, v = p.settings, p.vllm
+    if v is None:
+        return ["generation backend: transformers (HF generate: its KV cache and sampling logits in the generation "
+                "phases)"]
+    share = (f"ceil({s.vllm_gpu_memory_utilization:g} x {size(s.gpu_memory_bytes)})" if s.device != "cpu"
+             else "CPU: the KV cache asked for plus")
+    lines = [f"generation backend: vllm, its share {share} = {size(v['requested_bytes'])}: vllm weights "
+             f"{size(v['weights_bytes'])} + vllm activations {size(v['activation_bytes'])} (profile run of "
+             f"{v['max_num_batched_tokens']:,} tokens, {v['max_num_seqs']:,} sequences) + vllm kv cache "
+             f"{size(max(0, v['kv_cache_bytes']))} ({v['kv_tokens']:,} tokens, {v['sequences_held']:,} sequences of "
+             f"{s.prompt_tokens} + {s.completion_tokens})",
+             f"  {vllm_when(p.method, s, v['sleeps'])}"]
+    if v["problem"]:
+        lines.append(f"  vLLM cannot start: {v['problem']}")
+    return lines
 
 
 def format_phases(phases: dict[str, dict[str, int]], moments: dict[str, Any], peak_phase: str,

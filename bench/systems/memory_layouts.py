@@ -11,6 +11,7 @@ from bench.systems.memory_terms import (DTYPE_BYTES, ENGINE_METHODS, Layout, Net
                                         roles_for)
 from bench.systems.memory_phases import (Moments, freed_between_steps, outside_allocator, peak_moment, peak_of,
                                          phase_moments, totals)
+from bench.systems.memory_vllm import start_problem
 
 
 @dataclass
@@ -124,6 +125,6 @@ def layout_memory(shape: Shape | dict[str, Any], method: str, s: Settings, layou
     phases = totals(moments)
     peak, phase = peak_of(static["total"], phases)
     outside = outside_allocator(s, layout)
-    return LayoutMemory(layout, static, host, phases, peak, phase, peak + sum(outside.values()) <= s.gpu_memory_bytes,
-                        moments=moments, outside_allocator=outside)
+    fits = peak + sum(outside.values()) <= s.gpu_memory_bytes and start_problem(sh, method, s) is None
+    return LayoutMemory(layout, static, host, phases, peak, phase, fits, moments=moments, outside_allocator=outside)
 

@@ -84,6 +84,12 @@ generating ``sample_pool.batch_size`` x ``samples_per_prompt`` completions per c
 RewardTrainer: a float32 sequence classifier trained on micro-batches of ``train.micro_batch_size`` pairs with
 gradient checkpointing and accumulation; its held-out accuracy in float32, 64 pairs a forward).
 
+**Generation backend** (``generation.backend``, :mod:`bench.systems.memory_vllm`): with ``vllm`` the generation,
+evaluation and sample-pool phases hold an in-process vLLM engine's share of the device (ceil(gpu_memory_utilization
+x device memory) on a GPU, vLLM's own sizing rule: its weights copy in model.dtype, its profile activations and the
+rest as a preallocated KV cache) instead of HF generate's DynamicCache and sampling logits; the phases between
+keep its weights and KV cache, except the suite engine's update and optimizer step on CUDA, where it sleeps.
+
 **Outside PyTorch's allocator** (``outside_allocator``): the CUDA context (about 0.5 GiB) and, with several GPUs,
 NCCL's buffers (about 0.5 GiB): nvml-process sees them, cuda-allocated does not. ``peak_bytes`` is the allocator's
 peak (compare with cuda-allocated); ``device_peak_bytes`` adds these, and ``fits`` asks whether that fits the GPU.
@@ -143,6 +149,7 @@ from typing import Any
 from bench.systems.memory_layouts import LayoutMemory, layout_memory
 from bench.systems.memory_phases import update_activations
 from bench.systems.memory_stages import StagePrediction, stages_for
+from bench.systems.memory_vllm import reservation
 from bench.systems.memory_terms import (ENGINE_METHODS, GIB, LAYOUTS, METHOD_ROLES, Layout, NetworkMemory, Settings,
                                         Shape, network_memory, roles_for)
 
@@ -204,6 +211,10 @@ class Prediction:
     what_if: dict[str, Any] = field(default_factory=dict)
     """Engine methods: {WHAT_IF: {'label', 'gpus', 'memory'}}, the sharded-frozen, bf16-gather alternative."""
     notes: list[str] = field(default_factory=list)
+    vllm: dict[str, Any] | None = None
+    """With ``generation.backend: vllm``: the engine's reservation (bench.systems.memory_vllm.VllmReservation's
+    terms, its KV cache's capacity, whether it sleeps during the update, why it could not start); None with
+    transformers."""
 
     @property
     def device_peak_bytes(self) -> int:
@@ -231,6 +242,7 @@ class Prediction:
             "what_if": {name: {"label": w["label"], "gpus": w["gpus"],
                                "memory": w["memory"].to_json() if w["memory"] else None}
                         for name, w in self.what_if.items()},
+            "generation_backend": self.settings.generation_backend, "vllm": self.vllm,
             "notes": self.notes,
         }
 
@@ -254,6 +266,11 @@ def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | Non
     acts = {"checkpointing": update_activations(sh, method, s, nets, mb, True),
             "no_checkpointing": update_activations(sh, method, s, nets, mb, False)}
     kv = one.phases.get("generation", {}).get("kv_cache", 0)
+    engine = None
+    if s.generation_backend == "vllm":
+        r = reservation(sh, method, s)
+        kv = max(0, r.kv_cache_bytes)
+        engine = r.to_json(s.prompt_tokens, s.completion_tokens)
     logits = max((sum(v for k, v in terms.items() if "logit" in k or "fused_head" in k)
                   for terms in one.moments["update"].values()), default=0)
     gpus = {name: gpus_for_layout(sh, method, s, name) for name in LAYOUTS}
@@ -276,6 +293,8 @@ def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | Non
     else:
         notes.append("ZeRO layouts: DeepSpeed's mixed precision (bf16 modules, fp32 master weights in the optimizer "
                      "partition); communication buckets not modelled")
+    if engine is not None:
+        notes.append(vllm_note(method, s, engine))
     if method not in ENGINE_METHODS and method != "dpo" and s.ds3_gather_for_generation:
         notes.append("under ZeRO-3 TRL's GRPO gathers the whole policy on every GPU to generate "
                      "(ds3_gather_for_generation=false avoids it, generating slower)")
@@ -286,7 +305,25 @@ def predict(shape: Shape | dict[str, Any], method: str, settings: Settings | Non
         peak_moment=one.peak_moment, outside_allocator=one.outside_allocator or {}, fits=one.fits,
         max_micro_batch=max_micro_batch(sh, method, s), gpus_data_parallel=gpus["dp"],
         gpus_zero3=gpus["zero3"], gpus=gpus, gpus_memory=at_count, layout=asked,
-        stages=stages_for(sh, method, s), what_if=what_if, notes=notes)
+        stages=stages_for(sh, method, s), what_if=what_if, notes=notes, vllm=engine)
+
+
+def vllm_note(method: str, s: Settings, engine: dict[str, Any]) -> str:
+    """One line on the vLLM engine's reservation: when it is held and what its KV cache holds."""
+    return (f"generation backend vllm: its own weights copy, profile activations and a preallocated KV cache "
+            f"of {engine['kv_tokens']:,} tokens ({engine['sequences_held']:,} sequences of {s.prompt_tokens} + "
+            f"{s.completion_tokens}); {vllm_when(method, s, engine['sleeps'])}; activations approximate, CUDA "
+            f"graphs not modelled")
+
+
+def vllm_when(method: str, s: Settings, sleeps: bool) -> str:
+    """When the vLLM engine holds its share: DPO's only to evaluate; else released in the update or held."""
+    if method == "dpo":
+        return "started for the evaluation only (DPO trains on the pool's pairs)"
+    if sleeps:
+        return "released during the update and optimizer step (sleep mode, level 1: weights to host memory)"
+    why = "no sleep mode on a CPU" if s.device == "cpu" else "TRL's colocated engine starts without sleep mode"
+    return f"held through the update ({why})"
 
 
 def max_micro_batch(shape: Shape, method: str, s: Settings, layout: Layout | None = None) -> int:
@@ -362,7 +399,9 @@ def settings_from_spec(spec: Any, method: str, gpu_memory_bytes: int = 80 * GIB,
                     reward_model_pairs=spec.reward_model.batch_size, pool_batch_size=spec.sample_pool.batch_size,
                     pool_samples=spec.sample_pool.samples_per_prompt, evaluation=spec.eval.enabled,
                     eval_batch_size=spec.eval.batch_size, eval_completion_tokens=spec.eval.max_new_tokens,
-                    gpu_memory_bytes=gpu_memory_bytes)
+                    gpu_memory_bytes=gpu_memory_bytes, generation_backend=spec.generation.backend,
+                    vllm_gpu_memory_utilization=spec.generation.vllm_gpu_memory_utilization,
+                    vllm_cpu_kv_cache_gib=spec.generation.vllm_cpu_kv_cache_gib)
 
 
 def shape_fields_from_spec(spec: Any) -> tuple[str, dict[str, Any]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from bench.systems.memory_terms import (DTYPE_BYTES, ENGINE_METHODS, Layout, NetworkMemory, Settings, Shape,
                                         activation_bytes, activation_bytes_per_token_layer, final_norm_bytes,
                                         forward_working_bytes, fused_head_bytes, kv_cache_bytes)
+from bench.systems.memory_vllm import reservation, with_vllm
 
 MIB = 2 ** 20
 
@@ -381,6 +382,8 @@ def phase_moments(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
             whole = sum(n.weights_bytes for n in nets.values() if n.trained and (engine or n.role == "actor"))
             evaluation = {name: {**terms, "whole_copy_rank0": whole} for name, terms in evaluation.items()}
         out["evaluation"] = evaluation
+    if s.generation_backend == "vllm":  # vLLM's weights copy and KV cache instead of HF generate's terms
+        out = with_vllm(out, method, s, reservation(shape, method, s))
     return out
 
 

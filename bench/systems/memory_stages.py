@@ -16,6 +16,7 @@ from bench.systems.memory_phases import (Moments, generation_moments, layer_grad
                                          totals, trained_net, transient_cast)
 from bench.systems.memory_terms import (NetworkMemory, Settings, Shape, final_norm_bytes,
                                         forward_working_bytes, network_memory)
+from bench.systems.memory_vllm import stage_generation, start_problem
 
 STAGES_OF: dict[str, tuple[str, ...]] = {
     "ppo": ("sample_pool", "reward_model"),
@@ -104,6 +105,8 @@ def sample_pool_moments(shape: Shape, s: Settings) -> dict[str, Moments]:
     """The sample-pool stage's one phase that matters: generate calls of ``pool_batch_size`` prompts x
     ``pool_samples`` completions from the starting policy stored in the spec's dtype, sampled in the actor's
     numerics (bf16 autocast, a float32 residual stream: K float32, V bf16; the bf16 weights need no cast)."""
+    if s.generation_backend == "vllm":  # the pool decodes in vLLM: its whole share while it generates
+        return {"generation": stage_generation(shape, s)}
     sequences = s.pool_batch_size * s.pool_samples
     return {"generation": generation_moments(shape, s, sequences, s.prompt_tokens, s.completion_tokens, 4, s.compute,
                                              0)}
@@ -126,8 +129,9 @@ def stage_memory(shape: Shape, stage: str, s: Settings) -> StagePrediction:
     phases = totals(moments)
     peak, phase = peak_of(resident, phases)
     outside = outside_allocator(s)
+    blocked = stage == "sample_pool" and start_problem(shape, stage, s) is not None  # vLLM could not start
     return StagePrediction(stage, nets, sum(n.static_bytes for n in nets.values()), resident, phases, moments, peak,
-                           phase, outside, peak + sum(outside.values()) <= s.gpu_memory_bytes)
+                           phase, outside, peak + sum(outside.values()) <= s.gpu_memory_bytes and not blocked)
 
 
 def stages_for(shape: Shape, method: str, s: Settings) -> dict[str, StagePrediction]:

@@ -176,6 +176,14 @@ class Settings:
     """eval.max_new_tokens (tokens)."""
     gpu_memory_bytes: int = 80 * GIB
     """Memory of one GPU (bytes) for fits, the largest micro-batch and the GPU counts."""
+    generation_backend: str = "transformers"
+    """generation.backend: 'transformers' (HF generate: its DynamicCache and sampling logits in the generation
+    phases) or 'vllm' (an in-process vLLM engine: its weights copy and preallocated KV cache,
+    :mod:`bench.systems.memory_vllm`). Default the spec's default; the gsm8k-qwen0.5b preset runs 'vllm'."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """generation.vllm_gpu_memory_utilization: the share of a GPU's memory vLLM takes (0, 1]."""
+    vllm_cpu_kv_cache_gib: float = 1.0
+    """generation.vllm_cpu_kv_cache_gib: vLLM's KV cache on a CPU (GiB)."""
 
     @property
     def compute(self) -> str:
