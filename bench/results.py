@@ -169,10 +169,10 @@ import json
 import math
 import os
 import re
-import tempfile
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TextIO
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
@@ -304,20 +304,37 @@ def curve_names(mapping: dict[str, str]) -> dict[str, str]:
     return mapping
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON so that a reader never sees a half-written file (temp file, fsync, rename)."""
+def write_atomic(path: Path, write: Callable[[TextIO], None]) -> Path:
+    """Write a text file so that a reader (or a crash, or a full disk) sees the old file or the new one, never a
+    half-written one: ``write(handle)`` fills a temporary file beside ``path``, which is fsynced and renamed over it.
+
+    The new file keeps the mode of the one it replaces, else gets the user's usual mode (0666 less the umask, which
+    ``os.open`` applies; ``tempfile.mkstemp`` would make every result and report private, 0600). Raises OSError when
+    the folder cannot be written; a failure removes the temporary file and leaves an earlier ``path`` as it was.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    mode = path.stat().st_mode & 0o777 if path.exists() else None
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False, default=_json_default)
+        if mode is not None:
+            os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    return path
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (:func:`write_atomic`), making the folder first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, lambda handle: json.dump(data, handle, indent=2, sort_keys=False, default=_json_default))
 
 
 def _json_default(value: Any) -> Any:

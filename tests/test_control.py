@@ -20,14 +20,7 @@ from bench.config.loading import load_spec
 from test_rollout_engine import _context, _rows, model_dirs  # noqa: F401 (model_dirs is a pytest fixture)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: these models are tiny, and on a shared 2-core machine a second thread mostly waits
-    (measured: 2 s instead of 19 s for the supervised start below)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:

@@ -14,12 +14,7 @@ from test_numerics import _bf16_checkpoint
 from test_rollout_engine import _context, model_dirs  # noqa: F401 (model_dirs is a pytest fixture)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 def _change(fraction: float, ratio: float) -> dict:

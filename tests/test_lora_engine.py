@@ -17,14 +17,7 @@ from bench.telemetry import account_networks
 from test_rollout_engine import STEPS, _context, _initial_weights, model_dirs  # noqa: F401 (a pytest fixture)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: these models are tiny, and on a shared 2-core machine a second thread mostly waits
-    (the control test's supervised start: 2 s instead of 19 s)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 def _lora_context(tmp_path, model_dirs, method, cfg, **lora):  # noqa: F811 (the fixture's value)

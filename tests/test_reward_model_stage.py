@@ -19,12 +19,7 @@ from bench.execution.sample_pool import pool_entry, required_pairs
 from test_rollout_engine import _context, _rows, model_dirs  # noqa: F401 (model_dirs is a pytest fixture)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 def _pool(path: Path, rows: list[dict], right: bool = True, mode: str = "verifier") -> Path:

@@ -70,14 +70,7 @@ class FakeTelemetry:
         return Recorder()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: these models are tiny, and on a shared 2-core machine a second thread mostly waits
-    (tests/test_control.py's supervised start: 2 s instead of 19 s)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 def _rows(n: int) -> list[dict[str, str]]:

@@ -407,14 +407,15 @@ def _full_disk_fdopen(fd: int, *args: Any, **kwargs: Any) -> _FullDisk:
 
 def test_report_files_are_replaced_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A rebuild that fails mid-way (here: a full disk on the rename) leaves the old files whole, no temp files."""
-    from bench.report import build_report, fmt
+    from bench import results
+    from bench.report import build_report
 
     suite = _suite_with_huge_text(tmp_path)
     build_report(suite)
     before = {name: (suite / name).read_bytes() for name in ("index.html", "summary.md", "results.csv")}
     figures = sorted(p.name for p in (suite / "figures").glob("*.png"))
 
-    monkeypatch.setattr(fmt.os, "fdopen", _full_disk_fdopen)
+    monkeypatch.setattr(results.os, "fdopen", _full_disk_fdopen)  # every atomic write: bench.results.write_atomic
     with pytest.raises(OSError) as info:
         build_report(suite)
     assert info.value.errno == errno.ENOSPC

@@ -15,7 +15,7 @@ import yaml
 
 from bench.config.paths import check_path, read_text, shown
 from bench.config.rules import validate
-from bench.config.spec import Spec, _build, _convert, _did_you_mean
+from bench.config.spec import Spec, _build, _did_you_mean
 from bench.errors import SpecError, UserError
 
 MAX_PRESET_BYTES = 1 << 20

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,26 +34,9 @@ def cap_text(text: str, limit: int = TEXT_LIMIT) -> str:
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``.
-
-    A reader (or a crash, or a full disk) sees the old file or the new one, never a half-written one; the
-    temporary file is removed when the write fails.
-    """
-    path = Path(path)
-    # mkstemp makes the file private (0600); a report is for reading, so keep the old file's mode, else 0644.
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write ``text`` to ``path`` atomically (bench.results.write_atomic: the old file or the new one, never half of
+    one; a report keeps the mode of the file it replaces, else the user's usual mode)."""
+    return results.write_atomic(path, lambda handle: handle.write(text))
 
 
 def num(value: Any) -> float | None:

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.errors import UserError
+from bench.results import write_atomic
 
 SPLITS = ("train", "validation", "test")
 """The splits printed and written, in this order, each to ``DIR/<split>.jsonl`` (validation only when the preset has
@@ -41,24 +40,11 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def write_jsonl_atomic(path: Path, rows: list[dict[str, str]]) -> None:
-    """Write ``rows`` as JSON Lines so that a reader never sees a half-written file (temp file, fsync, rename).
+    """Write ``rows`` as JSON Lines atomically (bench.results.write_atomic): a reader never sees a half-written file.
 
     Raises OSError when the folder cannot be written; a failure leaves any earlier file at ``path`` as it was.
     """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)  # read it (there is no getter) and put it back: the file gets the user's usual mode,
-    os.umask(umask)      # not mkstemp's private 0600
-    try:
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda handle: handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def export_splits(splits: dict[str, list[dict[str, str]]], folder: Path) -> dict[str, Path]:
