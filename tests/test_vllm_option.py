@@ -334,3 +334,31 @@ def test_sampler_mismatch_counts_each_row_once_before_the_update() -> None:
     assert metrics["sampler_logprob_abs_diff"] == pytest.approx(sum(map(abs, d)) / 5)
     assert metrics["sampler_kl"] == pytest.approx(sum(math.exp(x) - 1 - x for x in d) / 5)
     assert SamplerMismatch(2).metrics() == {}
+
+
+def test_a_sleeping_engine_wakes_before_new_weights_are_loaded() -> None:
+    """The engine sleeps through the update (CUDA); the sync before the next rollout must wake it first: asleep,
+    its weights are in host memory and a reload would write to unmapped device memory."""
+    import torch
+
+    from bench.model.vllm_backend import VllmGenerator
+
+    calls: list[str] = []
+
+    class FakeLLM:
+        def wake_up(self) -> None:
+            calls.append("wake_up")
+
+        def collective_rpc(self, name: str, kwargs: dict) -> None:
+            calls.append(name)
+
+        def reset_prefix_cache(self) -> None:
+            calls.append("reset_prefix_cache")
+
+    model = torch.nn.Linear(2, 2)
+    generator = VllmGenerator.adopt(FakeLLM(), model, {})
+    generator.sleeping = True  # as after sleep() on CUDA
+    with torch.no_grad():
+        model.weight.add_(1.0)  # an optimizer step
+    assert generator.sync(model) is True
+    assert calls == ["wake_up", "reload_weights", "reset_prefix_cache"] and generator.sleeping is False

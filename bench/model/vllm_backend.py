@@ -289,6 +289,9 @@ class VllmGenerator:
         import torch
 
         started = time.perf_counter()
+        # Awake first: asleep (level 1) its weights live in host memory, and a reload would write to device memory
+        # that is unmapped; waking restores them, then the new weights overwrite them.
+        self.wake()
         # vLLM's in-place reload: HF names and shapes in, its fused layouts (qkv, gate_up) filled
         with torch.no_grad(), merged_weights(model) as weights:
             self.llm.collective_rpc("reload_weights", kwargs={
