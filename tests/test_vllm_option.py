@@ -362,3 +362,26 @@ def test_a_sleeping_engine_wakes_before_new_weights_are_loaded() -> None:
         model.weight.add_(1.0)  # an optimizer step
     assert generator.sync(model) is True
     assert calls == ["wake_up", "reload_weights", "reset_prefix_cache"] and generator.sleeping is False
+
+
+def test_the_report_names_the_suite_backend_and_dpo_follows_it(tmp_path: Path) -> None:
+    """A CPU suite on transformers says so in the notes; in a suite whose spec runs vLLM, DPO (no generation while
+    training, no backend recorded) is taken to follow the suite's backend: not a difference."""
+    cpu = load_suite(write_suite(tmp_path, methods=("grpo", "dpo"), name="cpu"))
+    assert any(note.startswith("Generation: every generation of the suite (rollouts, sample pool, evaluation) "
+                               "decoded with `transformers`") for note in tables.notes(cpu))
+    suite = write_suite(tmp_path, methods=("grpo", "grpo_engine", "dpo"), name="vllm")
+    spec = json.loads((suite / "suite.json").read_text())
+    spec["spec"]["generation"] = {"backend": "vllm"}
+    (suite / "suite.json").write_text(json.dumps(spec))
+    for method in ("grpo", "grpo_engine"):
+        path = suite / "runs" / f"{method}-s0" / "result.json"
+        result = json.loads(path.read_text())
+        result["settings"]["generation_backend"] = "vllm"
+        path.write_text(json.dumps(result))
+    loaded = load_suite(suite)
+    header, rows = tables.what_differs(loaded)
+    keys = [row[0] for row in rows]
+    row = rows[keys.index("generation_backend")]
+    assert row[1:] == ["vllm", "vllm", "n/a"] and keys.index("generation_backend") > keys.index("beta")
+    assert any("decoded with `vllm`" in note for note in tables.notes(loaded))

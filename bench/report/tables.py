@@ -72,9 +72,16 @@ NOT_RECORDED = "n/a"
 
 
 UNRECORDED_MEANS = {"generation_backend": "transformers"}
-"""Settings only some recipes record, whose value for the others is known: only TRL's GRPO can generate with
-vLLM (baselines/grpo.py); every other method samples with transformers or not at all. A GRPO on vLLM is then
-a difference that "what differs" puts first, although the other methods show "n/a" (they recorded nothing)."""
+"""Settings only some recipes record, whose value for the others is known: a method that records no generation
+backend (DPO trains without generating) decodes whatever it does generate (its evaluation) with the suite's
+``generation.backend`` (:func:`suite_backend`; this default for a suite whose spec is not recorded). A method that
+overrides the suite's backend is then a difference that "what differs" puts first."""
+
+
+def suite_backend(suite: Suite) -> str:
+    """The suite's ``generation.backend`` (one backend for every generation), from its recorded spec."""
+    generation = (suite.spec or {}).get("generation") or {}
+    return str(generation.get("backend") or UNRECORDED_MEANS["generation_backend"])
 
 
 def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
@@ -98,6 +105,7 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
     if not labels:
         return [], []
     keys = list(dict.fromkeys(k for lbl in labels for k in per_label[lbl]))
+    unrecorded = {**UNRECORDED_MEANS, "generation_backend": suite_backend(suite)}
 
     def cell(label: str, key: str) -> str:
         return fmt.cell_text(per_label[label][key]) if key in per_label[label] else NOT_RECORDED
@@ -105,8 +113,8 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
     def differs(key: str) -> bool:
         # A method that does not record a setting has no value to differ with (TRL's GRPO has no ppo_epochs):
         # only the methods that recorded it are compared, except for a key whose unrecorded value is known.
-        if key in UNRECORDED_MEANS:
-            return len({cell(lbl, key) if key in per_label[lbl] else UNRECORDED_MEANS[key] for lbl in labels}) > 1
+        if key in unrecorded:
+            return len({cell(lbl, key) if key in per_label[lbl] else unrecorded[key] for lbl in labels}) > 1
         return len({cell(lbl, key) for lbl in labels if key in per_label[lbl]}) > 1
 
     keys.sort(key=lambda k: not differs(k))  # stable: keeps recorded order within each group
@@ -514,6 +522,10 @@ def notes(suite: Suite) -> list[str]:
         "Trained weights changed: the share of trainable elements (requires_grad; LoRA: the adapters) whose "
         f"stored value differs after training; below {LOW_CHANGE:.0%} the run is flagged.",
         "Memory readings from different sources are not comparable and are never charted together.",
+        f"Generation: every generation of the suite (rollouts, sample pool, evaluation) decoded with "
+        f"`{suite_backend(suite)}` (generation.backend: one backend for every method"
+        + ("; vLLM's preallocated memory is under 'Generation backend')." if suite_backend(suite) == "vllm"
+           else ", HF generate)."),
     ]
     parallel, device = throughput.concurrency(suite)
     if parallel > 1 and device == "cuda":
