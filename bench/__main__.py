@@ -2,6 +2,10 @@
 
 import sys
 
-from bench.cli import main
+try:
+    from bench.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line's modules load: the same one line as later on
+    print("bench: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

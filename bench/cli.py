@@ -112,7 +112,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"writing to {shown(suite_dir)}", file=sys.stderr)
     resume = resume_command(args.preset, suite_dir, args.overrides)
     try:
-        outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(), resume_command=resume)
+        outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(), resume_command=resume,
+                            latest_dir=reports_dir)  # REPORTS_DIR/latest only: nothing is written beside --out
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -276,10 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bench` console script."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # inside: a Ctrl-C while the parser's modules import is one line too
         check_paths(args)  # every path argument, one line each, before the command reads or writes anything
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a full or failed stdout (> /dev/full) fails here, where it is caught, not at exit
+        return code
     except UserError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -289,6 +292,26 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `bench run --dry-run | head`: the reader left, nothing is wrong
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        from bench.config.outputs import write_failure
+
+        failed = write_failure(exc)  # a read-only or full disk, no permission: the machine's, one line
+        if failed is None:
+            raise  # the suite's own error: its traceback is the report
+        _drop_stdout()
+        print(f"bench: error: {failed[0]}", file=sys.stderr)
+        return failed[1]
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the text still buffered for a stdout that failed is not written again
+    (and fails again, with a traceback) when the interpreter exits."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

@@ -451,6 +451,11 @@ def nonfinite_keys(value: Any, prefix: str = "", depth: int = 0) -> list[str]:
     return []
 
 
+MAX_RUNS = 10_000
+"""Most runs one suite plans (bench.execution.plan.make_plan refuses more): a sweep's 256 points times a few methods
+and seeds. A suite.json listing more was not written by `bench run`, and reading it would take the report hours."""
+
+
 def is_run_id(value: Any) -> bool:
     """One file name: a run folder under runs/ (no '/', no NUL, not '.' or '..', at most 255 bytes)."""
     return (isinstance(value, str) and bool(value) and value not in (".", "..") and "/" not in value
@@ -470,6 +475,8 @@ def suite_problems(data: Any) -> list[str]:
     if not isinstance(runs, list):
         problems.append("missing 'runs' (the planned run ids)" if runs is None
                         else f"'runs' is {type(runs).__name__}, expected a list of run ids")
+    elif len(runs) > MAX_RUNS:
+        problems.append(f"'runs' lists {len(runs):,} run ids; a suite plans at most {MAX_RUNS:,}")
     else:
         for i, entry in enumerate(runs):
             run_id = (entry.get("id") or entry.get("run_id")) if isinstance(entry, dict) else entry

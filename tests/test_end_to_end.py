@@ -23,7 +23,7 @@ ONLINE = ["grpo", "grpo_engine", "ppo", "ppo_verifier"]
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("e2e")
     out = root / "reports" / "quick"
-    proc = run_quick_suite(out, cache_dir=root / "cache", timeout=1200)
+    proc = run_quick_suite(out, "--reports-dir", str(out.parent), cache_dir=root / "cache", timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "report:" in proc.stderr
     return out

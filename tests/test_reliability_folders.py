@@ -33,7 +33,8 @@ def _run(monkeypatch: pytest.MonkeyPatch, suite_dir: Path, *overrides: str):
                         Path(d) / "index.html")
     monkeypatch.setattr(bench.execution.runner, "launch_worker", FakeWorkers())
     stream = io.StringIO()
-    outcome = bench.execution.runner.run_suite(load_spec("cpu-quick", list(overrides)), suite_dir, stream=stream)
+    outcome = bench.execution.runner.run_suite(load_spec("cpu-quick", list(overrides)), suite_dir, stream=stream,
+                                               latest_dir=suite_dir.parent)  # as REPORTS_DIR
     return outcome, stream.getvalue()
 
 
@@ -85,7 +86,7 @@ def test_an_unsafe_name_is_refused_when_the_spec_is_built(name: str) -> None:
     from bench.config.loading import load_spec_dict
     from bench.errors import SpecError
 
-    with pytest.raises(SpecError, match="'name' must be 1 to 64 letters"):
+    with pytest.raises(SpecError, match="'name' must be 1 to 64 ASCII letters"):
         load_spec_dict({"name": name})
 
 

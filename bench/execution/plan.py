@@ -10,6 +10,8 @@ from bench.model.precision import describe_policy, lora_roles, precision_policy,
 from bench.config.spec import Spec
 from bench.config.sweep import STAGE_KEYS, _label, expand, method_points
 from bench.config.rules import point_spec
+from bench.errors import SpecError
+from bench.results import MAX_RUNS
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,15 @@ def make_plan(spec: Spec) -> list[PlannedRun]:
     reads them, so the seeds vary only the method stage. ``seed_scope: pipeline``: the stages run once per seed
     (``warm_start@s1``, ...) and each method run reads its own seed's, so the seeds vary the whole pipeline.
     """
-    if spec.sweep.axes:
-        return plan_sweep(spec)
+    runs = plan_sweep(spec) if spec.sweep.axes else _plain_plan(spec)
+    if len(runs) > MAX_RUNS:  # e.g. seeds=[0..4999]: refused while it is a spec, not after days of runs
+        raise SpecError(f"the spec plans {len(runs):,} runs; at most {MAX_RUNS:,} (fewer seeds, methods or sweep "
+                        f"points)")
+    return runs
+
+
+def _plain_plan(spec: Spec) -> list[PlannedRun]:
+    """make_plan without a sweep."""
     methods = spec.enabled_methods()
     needed = {stage for m in methods for stage in registry.stages_needed(spec, m)}
     runs: list[PlannedRun] = []

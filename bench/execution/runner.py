@@ -120,13 +120,16 @@ class SuiteOutcome:
 
 
 def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path | None = None,
-              stream: TextIO = sys.stderr, resume_command: str | None = None) -> SuiteOutcome:
+              stream: TextIO = sys.stderr, resume_command: str | None = None,
+              latest_dir: Path | None = None) -> SuiteOutcome:
     """Run every planned run and build the report.
 
     Stages run one at a time, in order; then the method runs, ``spec.parallel_runs`` at a time, each on GPUs of its
     own (:func:`bench.execution.devices.plan_devices`, recorded in suite.json's ``schedule``). The folder is
     locked for the whole run (:class:`SuiteLock`). ``resume_command`` is what to print after an interrupt (the
-    CLI passes the command line that reproduces this spec); the default names the preset alone.
+    CLI passes the command line that reproduces this spec); the default names the preset alone. ``latest_dir`` is
+    REPORTS_DIR: its ``latest`` link is moved here when the suite folder lies directly in it; a folder anywhere
+    else (``--out`` elsewhere, or None) gets no link, since the link would be a write outside the folder given.
     """
     suite_dir = suite_dir.resolve()  # workers get absolute paths, whatever their working directory
     runs = make_plan(spec)
@@ -146,7 +149,8 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
         from bench.report import build_report
 
         index_html = build_report(suite_dir)
-        _point_latest(suite_dir)
+        if latest_dir is not None and suite_dir.parent == Path(latest_dir).resolve():
+            _point_latest(suite_dir)
         outcome = summarize(suite_dir, runs, index_html, stopper.signal_name, time.monotonic() - started)
         _write_state(suite_dir, outcome, command if outcome.exit_code == 130 else None)
         stream.write(outcome.summary + "\n")

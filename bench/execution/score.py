@@ -113,6 +113,9 @@ def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
         correct += ok
         total += 1
         verdicts.append({"line": number, "extracted": extracted, "gold": gold, "correct": ok})
+    if not total:  # "accuracy 0.0000 (0/0)" would read as a measured zero; an empty file is the wrong file
+        raise UserError(f"{shown(path)} holds no completions (no line that is not blank); give the JSON Lines file "
+                        f"of completions")
     if verdicts_out is not None:
         # Written only after the whole input has been read, so a bad line never leaves half a verdicts file.
         verdicts_out.parent.mkdir(parents=True, exist_ok=True)
@@ -121,13 +124,42 @@ def score_file(path: Path, completion_field: str, gold_field: str, mode: str,
 
 
 def check_verdicts_path(verdicts: Path, scored: Path) -> Path:
-    """``--verdicts`` checked as a file to write (bench.config.paths.check_path) that is not the scored file: the
-    completions would be replaced by their verdicts."""
-    verdicts = check_path(verdicts, "out-file", "--verdicts", hint="give a new file, e.g. --verdicts verdicts.jsonl")
+    """``--verdicts`` checked as a file to write (bench.config.paths.check_path) that can be written, is not the
+    scored file (the completions would be replaced by their verdicts) and, when it exists, is empty or a verdicts
+    file an earlier `bench score` wrote (:func:`is_verdicts_file`): any other file (a suite's suite.json, data)
+    is never replaced."""
+    from bench.config.outputs import check_writable
+
+    hint = "give a new file, e.g. --verdicts verdicts.jsonl"
+    verdicts = check_path(verdicts, "out-file", "--verdicts", hint=hint)
     if verdicts.exists() and os.path.samefile(verdicts, scored):
         raise UserError(f"--verdicts '{shown(verdicts)}' is the file being scored; it would be replaced by its "
-                        f"verdicts: give a new file, e.g. --verdicts verdicts.jsonl")
-    return verdicts
+                        f"verdicts: {hint}")
+    if verdicts.exists() and not is_verdicts_file(verdicts):
+        raise UserError(f"--verdicts '{shown(verdicts)}' exists and is not a verdicts file `bench score` wrote; it "
+                        f"is not replaced: {hint}")
+    return check_writable(verdicts, "--verdicts", hint)
+
+
+VERDICT_KEYS = frozenset({"line", "extracted", "gold", "correct"})
+"""The keys of one line of a verdicts file (:func:`score_file`)."""
+
+
+def is_verdicts_file(path: Path) -> bool:
+    """Whether ``path`` is empty or opens with a verdicts line (a JSON object of exactly VERDICT_KEYS): what an
+    earlier --verdicts wrote, so writing the new verdicts over it loses nothing of the user's."""
+    try:
+        if path.stat().st_size == 0:
+            return True
+        with path.open("rb") as handle:
+            first = handle.readline(1 << 16).strip()
+    except OSError:
+        return False
+    try:
+        row = json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(row, dict) and set(row) == VERDICT_KEYS
 
 
 # -- a whole suite folder ---------------------------------------------------------------------------------

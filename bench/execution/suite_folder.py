@@ -29,7 +29,7 @@ def default_out_dir(spec: Spec, reports_dir: Path) -> Path:
     folder = reports_dir / f"{spec.name}-{stamp}"
     if not is_run_id(folder.name) or folder.name.startswith(".") or folder.parent != reports_dir:
         raise UserError(f"the spec's name {ascii(spec.name)} does not make one folder name inside "
-                        f"'{shown(reports_dir)}'; give name letters, digits and . _ + - only")
+                        f"'{shown(reports_dir)}'; give name ASCII letters, digits and . _ + - only")
     return folder
 
 

@@ -399,13 +399,14 @@ def run_tune(args: argparse.Namespace) -> int:
     suite_dir = Path(args.out) if args.out else Path(args.reports_dir) / "tune" / f"{base.name}-{stamp}"
     check_suite_dir(spec, suite_dir.resolve(), args.resume)
     SuiteLock(suite_dir.resolve()).refuse_if_held()
-    print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
     from bench.execution.preflight import preflight
 
-    preflight(spec, suite_dir)
+    preflight(spec, suite_dir)  # before the plan, as in `bench run`: a failed check is the only line printed
+    print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
     print(f"tuning on {size} validation questions; writing to {suite_dir}", file=sys.stderr)
     resume = tune_command(args, suite_dir) + " --resume"
-    outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(), resume_command=resume)
+    outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(), resume_command=resume,
+                        latest_dir=Path(args.reports_dir) / "tune")
     if outcome.exit_code == 130:
         return 130
     return finish_tune(suite_dir.resolve(), spec, base, grids, methods, args, tune_command(args, suite_dir),

@@ -63,8 +63,9 @@ def build_report(suite_dir: Path) -> Path:
 def check_output_folder(suite_dir: Path) -> Path:
     """Refuse, before anything is written, a folder the report must not be written into: not a folder, a
     ``suite.json`` that is there but not one `bench run` writes (bench.results.suite_problems), or an output path
-    that is a folder where a file goes, or a ``figures`` that is not a plain folder inside this one (a link
-    elsewhere would have the build replace, and delete stale, PNG files outside the suite folder)."""
+    that is a folder where a file goes, a ``figures`` that is not a plain folder inside this one (a link
+    elsewhere would have the build replace, and delete stale, PNG files outside the suite folder), or a folder
+    that cannot be written (bench.config.outputs.check_writable)."""
     from bench.results import SUITE_FILE, read_suite_file
 
     suite_dir = check_path(suite_dir, "dir", "suite folder", hint="give a folder written by `bench run`")
@@ -81,7 +82,10 @@ def check_output_folder(suite_dir: Path) -> Path:
     if figures.is_symlink() or (figures.exists() and not figures.is_dir()):
         raise UserError(f"'{shown(figures)}' is not a plain folder inside the suite folder (a link or a file); the "
                         f"report replaces and removes PNG files there: move it away first")
-    return suite_dir
+    from bench.config.outputs import check_writable
+
+    # A read-only copy (a mounted results disk) is one line here, not a traceback after the figures were drawn.
+    return check_writable(suite_dir, "suite folder", "copy it somewhere you can write and rebuild the copy")
 
 
 def _build_figures_atomically(suite: Suite, figures_dir: Path) -> list[FigureInfo]:

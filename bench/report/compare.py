@@ -51,21 +51,59 @@ def check_folder(path: Path) -> None:
 
 
 def check_out_folder(out_dir: Path, folders: list[Path]) -> Path:
-    """``out_dir`` checked as a folder to write (bench.config.paths.check_path) that is none of the compared folders
-    and no suite folder at all: its index.html would be written over that suite's own page."""
-    out_dir = check_path(out_dir, "out-dir", "--out", hint="give a new folder, e.g. --out reports/a-vs-b")
+    """``out_dir`` checked as a folder to write (bench.config.paths.check_path) that is none of the compared folders,
+    lies in no suite folder (its index.html would be written over, or beside, that suite's own page), holds
+    nothing but an earlier comparison (files of the user's are never replaced), and can be written."""
+    from bench.config.outputs import check_fresh_folder, check_writable, enclosing_suite
+
+    hint = "give a new folder, e.g. --out reports/a-vs-b"
+    out_dir = check_path(out_dir, "out-dir", "--out", hint=hint)
     for folder in folders:
         if out_dir.exists() and out_dir.resolve() == Path(folder).resolve():
             raise UserError(f"--out '{shown(out_dir)}' is one of the compared folders; its own index.html would be "
-                            f"replaced: give a new folder, e.g. --out reports/a-vs-b")
+                            f"replaced: {hint}")
     if (out_dir / SUITE_FILE).exists() or (out_dir / SUITE_FILE).is_symlink():
         raise UserError(f"--out '{shown(out_dir)}' is a suite folder (it holds {SUITE_FILE}); its report would be "
-                        f"replaced: give a new folder, e.g. --out reports/a-vs-b")
+                        f"replaced: {hint}")
+    suite = enclosing_suite(out_dir)
+    if suite is not None:
+        raise UserError(f"--out '{shown(out_dir)}' lies inside the suite folder '{shown(suite)}'; a comparison "
+                        f"is written beside suite folders, not into one: {hint}")
     for name in ("index.html", "compare.md"):
         if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
             raise UserError(f"'{shown(out_dir / name)}' is a folder where the comparison writes a file; give "
                             f"another --out")
-    return out_dir
+    check_fresh_folder(out_dir, "--out", hint, ours=is_comparison_folder)
+    return check_writable(out_dir, "--out", hint)
+
+
+COMPARISON_FILES = ("index.html", "compare.md")
+"""What `bench compare` writes into --out (and all an earlier comparison's folder holds)."""
+
+
+def is_comparison_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds an earlier comparison and nothing else: only COMPARISON_FILES, compare.md opening
+    with the heading :func:`compare_markdown` writes. Re-running a comparison into its folder replaces it."""
+    names = {p.name for p in folder.iterdir()}
+    if not names <= set(COMPARISON_FILES) or "compare.md" not in names:
+        return False
+    try:
+        with (folder / "compare.md").open("rb") as handle:
+            return handle.read(64).startswith(b"# Comparison: ")
+    except OSError:
+        return False
+
+
+def check_distinct(folders: list[Path]) -> None:
+    """Refuse a folder given twice (the same folder by two paths, e.g. reports/latest and the folder it names):
+    every difference would read zero, which looks like a result."""
+    seen: dict[Path, Path] = {}
+    for folder in folders:
+        key = Path(folder).resolve()
+        if key in seen:
+            same = "is given twice" if str(folder) == str(seen[key]) else f"is the same folder as '{shown(seen[key])}'"
+            raise UserError(f"RUN_DIR '{shown(folder)}' {same}; give two or more different suite folders")
+        seen[key] = Path(folder)
 
 
 def _names(suites: list[Suite]) -> list[str]:
@@ -263,6 +301,7 @@ def compare(folders: list[Path], out_dir: Path) -> Path:
         raise UserError("bench compare needs two or more suite folders")
     for folder in folders:
         check_folder(Path(folder))
+    check_distinct([Path(f) for f in folders])
     out_dir = check_out_folder(Path(out_dir), [Path(f) for f in folders])  # before anything is written
     suites = [load_suite(Path(f)) for f in folders]
     out_dir.mkdir(parents=True, exist_ok=True)

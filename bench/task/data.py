@@ -42,7 +42,17 @@ class TaskData:
 
 def load_task(spec: Spec) -> TaskData:
     """Load (or generate) both splits and check their overlap; raises UserError for data that cannot be used
-    (bench.task.problems.read_gsm8k)."""
+    (bench.task.problems.read_gsm8k). A ``task.path`` the source does not read gets a note: the data a user
+    pointed at is not what is trained on, and nothing else would say so."""
+    data = _load_task(spec)
+    if spec.task.path and spec.task.source != "gsm8k":
+        data.notes.append(f"task.path '{spec.task.path}' is not read: task.source is '{spec.task.source}' (set "
+                          f"task.source=gsm8k to train and test on that data)")
+    return data
+
+
+def _load_task(spec: Spec) -> TaskData:
+    """load_task without the note."""
     task = spec.task
     if task.validation_size or spec.eval.split == "validation":
         return _load_with_validation(spec)

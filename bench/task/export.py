@@ -6,7 +6,8 @@ Prints one line per split (its problem count, and the file it went to with ``--e
 (`bench.task.data.TaskData.checks`) and any notes from loading. ``--export DIR`` writes ``DIR/train.jsonl`` and
 ``DIR/test.jsonl`` in GSM8K's layout, one ``{"question", "answer"}`` object a line, in the order the suite loads
 them (after ``task.train_size`` / ``task.test_size``; training runs then shuffle the train rows per seed). The
-files load back as a GSM8K source (``task.source=gsm8k task.path=DIR``), so anyone can inspect or reuse them.
+files load back as a GSM8K source (``task.source=gsm8k task.path=DIR``), so anyone can inspect or reuse them. DIR
+must be new or empty (:func:`check_export_folder`): the export never writes over files it did not make.
 
 With a validation split (``task.validation_size`` > 0, as `bench tune` uses) it is written too, to
 ``DIR/validation.jsonl``, and ``train.jsonl`` holds the training problems left once it is carved out. With
@@ -65,6 +66,19 @@ def export_splits(splits: dict[str, list[dict[str, str]]], folder: Path) -> dict
     return paths
 
 
+def check_export_folder(value: str | Path) -> Path:
+    """``--export`` as a folder the splits may go into: a new or an empty one that can be written (UserError, one
+    line, otherwise). A folder holding files is refused, even train.jsonl and test.jsonl: they may be a GSM8K copy
+    of the user's, or the very files the preset reads, which the export would replace with a cut of themselves."""
+    from bench.config.outputs import check_fresh_folder, check_writable
+    from bench.config.paths import check_path
+
+    hint = "give a new or empty folder, e.g. --export /tmp/splits"
+    folder = check_path(value, "out-dir", "--export", hint=hint)
+    check_fresh_folder(folder, "--export", hint)
+    return check_writable(folder, "--export", hint)
+
+
 def _checks_line(checks: dict[str, int | str]) -> str:
     """``checks: working_overlap 0, question_overlap 0 (held out by working: ...)``."""
     counts = ", ".join(f"{key} {value}" for key, value in checks.items() if key.endswith("_overlap"))
@@ -92,10 +106,11 @@ def run_data(args: argparse.Namespace) -> int:
     from bench.task.data import load_task  # the spec and task modules are loaded only when the command runs
     from bench.config.loading import load_spec
 
+    folder = check_export_folder(args.export) if args.export else None  # before the data is read
     spec = load_spec(args.preset, args.overrides)
     data = load_task(spec)
     splits = loaded_splits(spec, data)
-    paths = export_splits(splits, Path(args.export)) if args.export else {}
+    paths = export_splits(splits, folder) if folder is not None else {}
     for name in SPLITS:
         if name in splits:
             print(f"{name}: {len(splits[name])} problems" + (f" -> {paths[name]}" if name in paths else ""))
