@@ -274,3 +274,10 @@ def test_tune_runs_preflight_before_its_plan(tmp_path: Path, capsys: pytest.Capt
     monkeypatch.setattr(bench.execution.preflight, "preflight", failing)
     assert main(["tune", "--preset", "cpu-quick", "--out", str(tmp_path / "t")]) == 2
     assert capsys.readouterr().err == "bench: error: not enough free space (a stand-in for any preflight check)\n"
+
+
+def test_a_suite_folder_is_never_written_inside_another(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`--out reports/a/runs/new` made a suite (and a `latest` link) inside suite a's runs/ folder."""
+    outer = _suite(tmp_path / "a")
+    _refused(["run", "--preset", "cpu-quick", "--out", str(outer / "runs" / "new"), "train.steps=1"], tmp_path,
+             capsys, "lies inside the suite folder")

@@ -12,6 +12,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
+from bench.config.outputs import enclosing_suite
 from bench.config.paths import inside, shown
 from bench.errors import UserError
 from bench.execution.plan import PlannedRun, make_plan
@@ -49,9 +50,14 @@ def check_run_folders(suite_dir: Path, runs: list[PlannedRun]) -> None:
 
 
 def check_suite_dir(spec: Spec, suite_dir: Path, resume: bool) -> None:
-    """Refuse a folder that cannot take this run: on --resume, one that is not a suite folder or was made with a
-    different spec; otherwise one that already holds something (a lock file alone does not count)."""
+    """Refuse a folder that cannot take this run: one inside another suite folder; on --resume, one that is not a
+    suite folder or was made with a different spec; otherwise one that already holds something (a lock file alone
+    does not count)."""
     suite_file = suite_dir / SUITE_FILE
+    outer = enclosing_suite(suite_dir.parent)
+    if outer is not None:  # e.g. --out reports/a/runs/new: the other suite would carry a stranger in its folders
+        raise UserError(f"output folder '{shown(suite_dir)}' lies inside the suite folder '{shown(outer)}'; a suite "
+                        f"folder is written beside others, not into one: choose another --out")
     check_run_folders(suite_dir, make_plan(spec))
     if resume:
         if not suite_file.is_file():
