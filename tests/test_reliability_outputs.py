@@ -281,3 +281,13 @@ def test_a_suite_folder_is_never_written_inside_another(tmp_path: Path, capsys: 
     outer = _suite(tmp_path / "a")
     _refused(["run", "--preset", "cpu-quick", "--out", str(outer / "runs" / "new"), "train.steps=1"], tmp_path,
              capsys, "lies inside the suite folder")
+
+
+@pytest.mark.parametrize("text, key", [("train:\n  steps: 2\ntrain:\n  steps: 3\n", "train"),
+                                       ("train: {steps: 2, steps: 3}\n", "steps")])
+def test_a_key_given_twice_in_a_preset_is_refused(text: str, key: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """YAML keeps the last of two equal keys silently: the second `train:` block replaced the first."""
+    preset = tmp_path / "p.yaml"
+    preset.write_text("extends: cpu-quick\n" + text)
+    _refused(["run", "--preset", str(preset), "--dry-run"], tmp_path, capsys, f"key '{key}' is given twice")

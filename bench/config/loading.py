@@ -47,6 +47,18 @@ class _NoAliasLoader(yaml.SafeLoader):
                             f"allowed in a preset; write the values out")
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        # YAML keeps the last of two equal keys without a word: a second `train:` block would silently replace
+        # the first, and the run would not be the one the file seems to describe.
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise SpecError(f"{self.source_name}: line {key_node.start_mark.line + 1}: key '{shown(key)}' is "
+                                f"given twice in one mapping; keep one (YAML would keep the last silently)")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
 
 class _NotYaml(SpecError):
     """The text is not valid YAML (an override's value is then taken as the text itself)."""
