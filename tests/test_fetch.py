@@ -233,3 +233,48 @@ def test_the_cli_lists_models_and_refuses_an_unknown_one_in_one_line(tmp_path: P
 def test_pyproject_pins_gguf() -> None:
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert '"gguf==0.19.0"' in text
+
+
+class _GgufTokenizer:
+    """What transformers 5.17's GGUF reader made of SmolLM2's tokenizer: eos named <|im_start|>, no pad."""
+
+    VOCAB = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
+    unk_token_id = 0
+
+    def __init__(self) -> None:
+        self.bos_token, self.eos_token, self.pad_token = "<|im_start|>", "<|im_start|>", None
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return self.VOCAB.get(token, self.unk_token_id)
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.VOCAB[self.eos_token]
+
+    @property
+    def bos_token_id(self) -> int:
+        return self.VOCAB[self.bos_token]
+
+
+def test_the_converted_tokenizer_gets_the_releases_special_tokens() -> None:
+    config = type("Config", (), {"eos_token_id": 2, "bos_token_id": 1})()
+    tokenizer = _GgufTokenizer()
+    fetch.set_special_tokens(FETCHABLE["smollm2-135m"], tokenizer, config)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>",
+                                                                               "<|im_end|>")
+
+
+def test_special_tokens_that_disagree_with_the_config_stop_the_fetch_in_one_line() -> None:
+    model = FETCHABLE["smollm2-135m"]
+    with pytest.raises(UserError, match=r"eos token is id 2, its config says 7; install the suite's pinned"):
+        fetch.set_special_tokens(model, _GgufTokenizer(), type("Config", (), {"eos_token_id": 7})())
+    missing = dataclasses.replace(model, special_tokens=(("eos_token", "<|eot|>"),))
+    with pytest.raises(UserError, match=r"has no token '<\|eot\|>' \(its eos_token\)"):
+        fetch.set_special_tokens(missing, _GgufTokenizer(), type("Config", (), {})())
+
+
+def test_a_folder_of_an_older_fetcher_is_fetched_again(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"manifest_version": 1, "files": {}}))
+    assert fetch.check_folder(tmp_path) == f"made by an older fetcher (manifest version 1, now {fetch.MANIFEST_VERSION})"
+    (tmp_path / "manifest.json").write_text(json.dumps({"manifest_version": fetch.MANIFEST_VERSION, "files": {}}))
+    assert fetch.check_folder(tmp_path) is None

