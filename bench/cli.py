@@ -281,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)  # inside: a Ctrl-C while the parser's modules import is one line too
         check_paths(args)  # every path argument, one line each, before the command reads or writes anything
         code = args.func(args)
-        sys.stdout.flush()  # a full or failed stdout (> /dev/full) fails here, where it is caught, not at exit
+        if sys.stdout is not None:  # None when the command was started with stdout closed (>&-)
+            sys.stdout.flush()  # a full or failed stdout (> /dev/full) fails here, where it is caught, not at exit
         return code
     except UserError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)

@@ -142,6 +142,13 @@ def test_a_full_stdout_is_one_line() -> None:
         "there, or write elsewhere"]
 
 
+def test_a_closed_stdout_is_not_a_traceback() -> None:
+    """`bench presets >&-`: Python has no sys.stdout at all; the flush that catches a full stdout must not trip."""
+    proc = subprocess.run([sys.executable, "-m", "bench", "presets"], stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(1))  # the child starts with no fd 1, as after `>&-`
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_ctrl_c_while_the_command_line_loads_is_one_line(capsys: pytest.CaptureFixture,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import bench.cli
