@@ -179,6 +179,14 @@ def test_the_control_arm_equals_its_start_on_every_question_in_every_mode(suite:
         assert a["correct"] == b["correct"] and a["extracted"] == b["extracted"]
     (check,) = control_checks(load_suite(suite))
     assert check["passed"] is True and check["differing"] == 0 and check["modes"] == list(MODES), check
+    data = result(suite, "control-s0")
+    assert data["accuracy"]["after"] == data["accuracy"]["before"]
+    # One evaluation numerics for the start and every method (issue 21 item 2), recorded with the score.
+    evaluation = data["evaluation"]
+    assert evaluation["precision"] == {"storage": "float32", "compute": "bfloat16 autocast, float32 residual stream"}
+    assert evaluation["before_precision"] == evaluation["precision"] and evaluation["same_numerics"] is True
+    # The bf16 reference computes in the actor's numerics and the policy never moves: no step shows a KL.
+    assert [point["kl"] for point in data["curves"] if "kl" in point] == [0.0] * len(data["curves"])
 
 
 def test_reference_and_actor_agree_before_the_first_update(suite: Path) -> None:
