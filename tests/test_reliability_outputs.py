@@ -298,3 +298,9 @@ def test_a_key_given_twice_in_a_preset_is_refused(text: str, key: str, tmp_path:
     preset = tmp_path / "p.yaml"
     preset.write_text("extends: cpu-quick\n" + text)
     _refused(["run", "--preset", str(preset), "--dry-run"], tmp_path, capsys, f"key '{key}' is given twice")
+
+
+def test_an_integer_beyond_any_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """train.steps=10**30 passed the >= 1 rule and printed a plan of 10**30 steps."""
+    _refused(["run", "--preset", "cpu-quick", "--dry-run", f"train.steps={10**30}"], tmp_path, capsys,
+             "'train.steps' is 1e+30, beyond any count")

@@ -31,6 +31,11 @@ MAX_NODES = 20_000
 (the shipped tuned preset has about 650). With YAML aliases refused, this bounds what the suite builds and writes."""
 
 
+MAX_INTEGER = 2**53 - 1
+"""Largest integer a preset or an override may hold: the largest a float (and the report's JavaScript) holds exactly;
+train.steps=10**30 passed the >= 1 rule, printed a plan and would have run until torch overflowed."""
+
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """Control characters other than tab and newline (an ESC would drive the terminal `bench run` prints to)."""
 
@@ -84,7 +89,8 @@ def _yaml(text: str, source: str) -> Any:
 
 def check_bounds(data: Any, where: str = "the preset") -> None:
     """Refuse data larger than a preset can sensibly be: a string over MAX_STRING characters (``description`` over
-    MAX_DESCRIPTION), nesting deeper than MAX_DEPTH, more than MAX_NODES values. One line naming the key."""
+    MAX_DESCRIPTION), an integer beyond MAX_INTEGER, nesting deeper than MAX_DEPTH, more than MAX_NODES values. One
+    line naming the key."""
     count = 0
     stack: list[tuple[str, Any, int]] = [("", data, 1)]
     while stack:
@@ -95,6 +101,9 @@ def check_bounds(data: Any, where: str = "the preset") -> None:
                             f"a preset is a few hundred")
         if depth > MAX_DEPTH:
             raise SpecError(f"'{shown(key)[:200]}' in {where} is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+            raise SpecError(f"'{shown(key)[:200]}' is {value:.3g}, beyond any count the suite runs (at most "
+                            f"{MAX_INTEGER:,}); give a realistic value")
         if isinstance(value, str):
             limit = MAX_DESCRIPTION if key == "description" else MAX_STRING
             if len(value) > limit:
