@@ -165,8 +165,10 @@ def test_html_escapes_model_text(suite: Path, tmp_path: Path) -> None:
 
 def test_lora_runs_count_adapters_as_trainable_and_the_base_once(tmp_path: Path) -> None:
     out = tmp_path / "lora"
+    # What is counted needs no trained start: a short warm start, and gold pool pairs so DPO has pairs anyway.
     proc = run_quick_suite(out, "train.lora.enabled=true", "methods.grpo_engine.enabled=false",
-                           "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false", cache_dir=tmp_path / "cache")
+                           "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false", "warm_start.steps=20",
+                           "sample_pool.pairs=gold", cache_dir=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr[-2000:]
     for method in ("grpo", "dpo"):
         data = result(out, f"{method}-s0")
