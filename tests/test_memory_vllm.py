@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.cli import main
+from test_estimate import run as run_estimate
 from bench.systems.memory_model import predict, predict_for_spec
 from bench.systems.memory_terms import GIB, Settings, Shape
 from bench.systems.memory_vllm import VLLM_MOMENT, reservation
@@ -117,14 +117,8 @@ def test_a_spec_carries_its_backend_and_share():
     assert predict_for_spec(load_spec("systems-qwen0.5b"), "grpo_engine").vllm is None
 
 
-def _estimate(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["estimate", *argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_estimate_backend_vllm_labels_every_term(capsys):
-    code, out, _ = _estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", "--backend", "vllm", "--json")
+    code, out, _ = run_estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", "--backend", "vllm", "--json")
     data = json.loads(out)
     assert code == 0 and data["generation_backend"] == "vllm"
     # Qwen2.5-0.5B: 494,032,768 parameters (tied embeddings) x 2 B.
@@ -133,14 +127,14 @@ def test_estimate_backend_vllm_labels_every_term(capsys):
     gen = data["phases"]["generation"]
     assert set(gen) == {"vllm_weights", "vllm_kv_cache", "vllm_activations", "total"}
     assert gen["total"] == 24 * GIB and "kv_cache" not in gen
-    _, out, _ = _estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", "--backend", "vllm",
+    _, out, _ = run_estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", "--backend", "vllm",
                           "--vllm-gpu-memory-utilization", "0.5")
     assert "generation backend: vllm, its share ceil(0.5 x 80.00 GiB) = 40.00 GiB: vllm weights" in out
     assert "vllm kv cache" in out and "held through the update" in out
-    _, out, _ = _estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo")
+    _, out, _ = run_estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo")
     assert "generation backend: transformers" in out and "vllm" not in out
     # The spec's own keys do the same as the flags.
-    _, out, _ = _estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo_engine", "--json",
+    _, out, _ = run_estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo_engine", "--json",
                           "generation.backend=vllm", "generation.vllm_gpu_memory_utilization=0.5")
     data = json.loads(out)
     assert data["vllm"]["requested_bytes"] == 40 * GIB and data["vllm"]["sleeps"] is True
@@ -152,5 +146,5 @@ def test_estimate_backend_vllm_labels_every_term(capsys):
     (["vllm_gpu_memory_utilization=0"], "'vllm_gpu_memory_utilization' must be in (0, 1], got '0'"),
 ])
 def test_bad_backend_input_is_one_line(argv: list[str], words: str, capsys):
-    code, _, err = _estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", *argv)
+    code, _, err = run_estimate(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo", *argv)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
