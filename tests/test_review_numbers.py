@@ -187,9 +187,25 @@ def test_findings_quote_each_methods_mean_over_seeds_with_its_range(tmp_path: Pa
     assert "45.0% [" not in line  # no single run's interval stands for the method
     # Only seed 0 wrote per-question files here: the count says comparisons = pairs x seeds, not "method pairs".
     comparisons = next(f.text for f in findings(suite) if f.text.startswith("Of "))
-    assert comparisons.startswith("Of 1 per-seed comparison (1 method pair(s) × 1 seed(s))"), comparisons
+    assert comparisons.startswith("Of 1 per-seed comparison (1 method pair × 1 seed)"), comparisons
     seeds_line = [f for f in findings(suite) if "little power" in f.basis]
     assert all("with 3 seeds" in f.basis for f in seeds_line)
+
+
+def test_comparisons_count_method_pairs_not_named_runs(tmp_path: Path) -> None:
+    # Every seed wrote per-question files: 2 methods x 3 seeds are 3 comparisons of 1 pair. The runs' names carry
+    # their seed ("GRPO (TRL) s1"), which counted 3 pairs ("45 method pair(s) x 3 seeds" on cpu-tiny's 15 pairs).
+    from bench.report.tables import paired_tests_table
+
+    suite_dir = _seed_suite(tmp_path, {"grpo": (140, 160, 180), "dpo": (110, 112, 114)})
+    for method in ("grpo", "dpo"):
+        verdicts = (suite_dir / "runs" / f"{method}-s0" / "eval_after.jsonl").read_bytes()
+        for seed in (1, 2):
+            (suite_dir / "runs" / f"{method}-s{seed}" / "eval_after.jsonl").write_bytes(verdicts)
+    suite = load_suite(suite_dir)
+    comparisons = next(f.text for f in findings(suite) if f.text.startswith("Of "))
+    assert comparisons.startswith("Of 3 per-seed comparisons (1 method pair × 3 seeds)"), comparisons
+    assert any("(1 method pair × 3 seeds, this mode)" in note for note in paired_tests_table(suite).notes)
 
 
 def test_headline_and_seed_table_say_what_the_seeds_varied(tmp_path: Path) -> None:

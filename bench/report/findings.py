@@ -225,10 +225,8 @@ def _paired_findings(suite: Suite) -> list[Finding]:
             f"{fmt.n_text(t['n'], t['clusters'], t['unit'])}, Holm-adjusted {p_equals(t['p_holm'])}; "
             f"95% paired-bootstrap interval, not adjusted for multiple comparisons"))
     quiet = [t for t in tests if t not in significant]
-    pairs = len({(t["a"], t["b"]) for t in tests})
-    seeds_ = len({t["seed"] for t in tests})
-    summary = (f"Of {len(tests)} per-seed comparison{'s' if len(tests) != 1 else ''} ({pairs} method pair(s) × "
-               f"{seeds_} seed(s)), {len(significant)} differ significantly")
+    summary = (f"Of {len(tests)} per-seed comparison{'s' if len(tests) != 1 else ''} ({tables.family_text(tests)}), "
+               f"{len(significant)} differ significantly")
     summary += f" (the largest {len(out)} above)" if out and len(significant) > len(out) else ""
     basis = (f"{headline_mode(suite)}, {tables.tests_used(tests)}, Holm-adjusted over {len(tests)} comparisons, "
              f"α = {ALPHA}; every comparison under Paired tests")

@@ -201,11 +201,20 @@ def paired_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
         if pair is None:
             continue
         xa, xb = pair
-        out.append({"a": names[a.run_id], "b": names[b.run_id], "seed": a.result.get("seed"), "mode": mode,
+        out.append({"a": names[a.run_id], "b": names[b.run_id], "pair": (a.label, b.label),
+                    "seed": a.result.get("seed"), "mode": mode,
                     "unit": fmt.cluster_unit(a), **compare(xa, xb, _clusters(a, b, maps[a.run_id], maps[b.run_id]))})
     for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
         test["p_holm"] = adjusted
     return out
+
+
+def family_text(tests: list[dict[str, Any]]) -> str:
+    """'15 method pairs × 3 seeds': what a family of per-seed paired tests is made of. Pairs are counted by the
+    methods' labels: the names ``a`` and ``b`` carry the seed when a method has several (``GRPO (TRL) s1``)."""
+    pairs = len({t["pair"] for t in tests})
+    seeds = len({t["seed"] for t in tests})
+    return f"{pairs} method pair{'s' if pairs != 1 else ''} × {seeds} seed{'s' if seeds != 1 else ''}"
 
 
 def _diff_text(diff: float, low: float | None, high: float | None) -> str:
@@ -233,15 +242,13 @@ def paired_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
     rows = [[_seed_text(t["seed"]), t["a"], t["b"], _questions_text(t), fmt.int_text(t["a_only"]),
              fmt.int_text(t["b_only"]), fmt.p_value_text(t["p_value"]), fmt.p_value_text(t["p_holm"]),
              _diff_text(t["diff"], t["diff_low"], t["diff_high"])] for t in tests]
-    pairs = len({(t["a"], t["b"]) for t in tests})
-    seeds_ = len({t["seed"] for t in tests})
     notes = [f"Scoring mode: {fmt.mode_note(mode)}.",
              f"Test: {tests_used(tests)}; McNemar is the exact two-sided binomial test on the questions exactly one "
              f"of the two runs got right. A − B: difference in accuracy with a 95% paired bootstrap interval (2,000 "
              f"resamples); the interval is not adjusted for multiple comparisons, the Holm-adjusted p beside it is.",
              clusters_note(tests),
              f"Holm-adjusted p: Holm's step-down correction over the family of all {len(tests)} between-method "
-             f"comparisons in this table ({pairs} method pair(s) × {seeds_} seed(s), this mode); a difference is "
+             f"comparisons in this table ({family_text(tests)}, this mode); a difference is "
              f"called significant when its adjusted p is below {ALPHA}. These tests see only question-to-question "
              f"noise; the seed-level comparison shows the seed-to-seed spread."]
     return fmt.Table(["seed", "A", "B", "questions (clusters)", "A only right", "B only right", "McNemar p",
