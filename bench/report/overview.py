@@ -69,26 +69,34 @@ def seed_spread_text(suite: Suite) -> str:
     return "seed spread of the method stage; warm start, pool and reward model shared"
 
 
-def _accuracy_cell(suite: Suite, ok: list[Run], mode: str) -> tuple[str, float | None, str]:
-    """(text, mean accuracy after, n questions with their clusters) over the ok seeds."""
+def _accuracy_cell(suite: Suite, ok: list[Run], mode: str) -> tuple[str, float | None, str, float | None]:
+    """(text, mean accuracy after, n questions with their clusters, the widest seed's 95% half-width) over the ok
+    seeds; the half-width is None for a single run (its own interval is in the cell)."""
     scored = [(accuracy(r, "before", mode, suite), accuracy(r, "after", mode)) for r in ok]
     scored = [(b, a) for b, a in scored if a is not None]
     if not scored:
         evaluated = all(((r.result.get("spec") or {}).get("eval") or {}).get("enabled", True) for r in ok)
-        return (fmt.MISSING if evaluated or not ok else "not evaluated"), None, fmt.MISSING
+        return (fmt.MISSING if evaluated or not ok else "not evaluated"), None, fmt.MISSING, None
     first = scored[0][1]
     n = fmt.n_short(first.get("total"), first.get("clusters"), fmt.cluster_unit(ok[0]))
     if len(scored) == 1:
         before, after = scored[0]
-        return f"{fmt.score_text(before)} → {fmt.score_text(after)}", after["accuracy"], n
+        return f"{fmt.score_text(before)} → {fmt.score_text(after)}", after["accuracy"], n, None
     after_mean = mean(a["accuracy"] for _, a in scored)
     before_mean = _mean([b["accuracy"] if b else None for b, _ in scored])
     spread = stdev(a["accuracy"] for _, a in scored)  # sample sd over seeds (n - 1), as Across seeds
     halves = [(a["high"] - a["low"]) / 2 for _, a in scored if fmt.num(a.get("high")) is not None
               and fmt.num(a.get("low")) is not None]
-    within = f"; each seed's 95% CI ±{100 * max(halves):.1f} pp or less" if halves else ""
     return (f"{fmt.pct(before_mean)} → {fmt.pct(after_mean)} ± {100 * spread:.1f} pp (mean ± sd of {len(scored)} "
-            f"seeds, {seed_spread_text(suite)}{within}; per seed under Results per method)"), after_mean, n
+            f"seeds)"), after_mean, n, (max(halves) if halves else None)
+
+
+def seeds_note(suite: Suite, halves: list[float]) -> str:
+    """The note under the headline when a row is over several seeds (said once, not in every cell): what the spread
+    measures and how wide each seed's own interval is; ``halves``: the widest seed half-width of each such row."""
+    within = f"; each seed's own 95% CI is ±{100 * max(halves):.1f} pp or less" if halves else ""
+    return (f"Over several seeds: mean ± sample sd of the seeds ({seed_spread_text(suite)}){within}; every seed "
+            f"under Results per method.")
 
 
 def headline_table(suite: Suite) -> MarkedTable:
@@ -96,6 +104,8 @@ def headline_table(suite: Suite) -> MarkedTable:
     rows: list[list[str]] = []
     values: list[dict[int, float | None]] = []
     sources: list[str | None] = []
+    halves: list[float] = []
+    multi_seed = False
     for label, runs in _groups(suite).items():
         ok = [r for r in runs if r.status == "ok"]
         first = ok[0] if ok else runs[0]
@@ -106,7 +116,9 @@ def headline_table(suite: Suite) -> MarkedTable:
         peaks = [fmt.num(r.result.get("memory", {}).get("peak_bytes")) for r in ok]
         source = first.result.get("memory", {}).get("source")
         peak = _mean(peaks)
-        acc_text, acc, n = _accuracy_cell(suite, ok, headline_mode(suite))
+        acc_text, acc, n, half = _accuracy_cell(suite, ok, headline_mode(suite))
+        multi_seed = multi_seed or len(ok) > 1
+        halves += [half] if half is not None else []
         step, tokens, comps = (_mean([fmt.throughput(r, k) for r in ok])
                                for k in ("step_s_median", "tokens_per_s", "completions_per_s"))
         seeds = sorted({str(r.result.get("seed")) for r in runs if r.result.get("seed") is not None})
@@ -130,6 +142,8 @@ def headline_table(suite: Suite) -> MarkedTable:
              "Static memory: weights + gradients + optimizer state of each resident network (exact accounting); "
              "peak memory: the highest reading of the whole run from the named source.",
              tuning_note(suite)]
+    if multi_seed:
+        notes.insert(1, seeds_note(suite, halves))
     if len(rows) < 2:
         best = set()
     header = [f"accuracy {headline_mode(suite)} before → after (95% CI)" if h == ACCURACY_COLUMN else h
