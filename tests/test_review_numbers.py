@@ -312,3 +312,10 @@ def test_over_optimisation_only_beyond_the_windows_noise(tmp_path: Path) -> None
     assert len(warnings) == 1 and warnings[0].startswith(
         "PPO (reward model): the reward model is uninformative (pair accuracy at chance: 52.0%")
     assert "PPO optimised noise" in warnings[0] and "over-optimisation" not in warnings[0]
+
+
+def test_a_tuned_null_reads_its_default_never_none() -> None:
+    from bench.report.overview import _chosen_text
+
+    chosen = {"methods.ppo.learning_rate": 0.0002, "methods.ppo.kl_coef": None, "reward_model.epochs": 2}
+    assert _chosen_text(chosen) == "learning_rate = 0.0002, kl_coef = its default, reward_model.epochs = 2"

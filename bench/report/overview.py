@@ -195,10 +195,12 @@ def _short(key: str) -> str:
 
 def _chosen_text(chosen: Any) -> str:
     """A tune's chosen values as ``key = value`` pairs, the method's own keys without ``methods.<name>.``
-    (``learning_rate = 0.001, reward_model.epochs = 4``)."""
+    (``learning_rate = 0.001, reward_model.epochs = 4``); a null value is the key's derived default (a critic
+    learning rate of 10x the actor's, a KL coefficient of train.kl_beta), so it reads "its default", never "None"."""
     if not isinstance(chosen, dict) or not chosen:
         return fmt.MISSING if chosen is None else str(chosen)
-    return ", ".join(f"{_short(str(key))} = {value}" for key, value in chosen.items())
+    return ", ".join(f"{_short(str(key))} = {'its default' if value is None else value}"
+                     for key, value in chosen.items())
 
 
 _UNSET = object()
