@@ -85,8 +85,12 @@ def validate(spec: Any, cfg: Config, key: str) -> None:
 def describe(spec: Any, cfg: Config) -> dict[str, str]:
     """Dry-run lines: updates per rollout, the loss type and who generates."""
     gen = spec.generation
-    backend = ("vllm (colocate, preallocates {:g} of each GPU's memory)".format(gen.vllm_gpu_memory_utilization)
-               if gen.backend == "vllm" else "transformers (model.generate)")
+    # What vLLM reserves depends on the device: a share of each GPU, or a fixed KV-cache space on a CPU. The
+    # dry run imports no torch, so device auto names both.
+    on_gpu = f"preallocates {gen.vllm_gpu_memory_utilization:g} of each GPU's memory"
+    on_cpu = f"reserves {gen.vllm_cpu_kv_cache_gib:g} GiB of KV cache in host memory"
+    reservation = {"cuda": on_gpu, "cpu": on_cpu}.get(spec.device, f"{on_gpu} on a GPU; {on_cpu} on a CPU")
+    backend = (f"vllm (colocate, {reservation})" if gen.backend == "vllm" else "transformers (model.generate)")
     return {"updates per rollout": "1 (num_iterations 1, one optimizer step per generation batch)",
             "micro-batch": "{} completions per forward/backward, {} accumulation step(s)".format(
                 *micro_batching(spec.completions_per_step, spec.train.micro_batch_size)),

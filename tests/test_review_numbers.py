@@ -259,6 +259,9 @@ def test_title_and_description_name_the_model_and_task_that_ran(tmp_path: Path) 
     pool["label"] = "Sample pool (verifier-labelled)"
     pool["spec"] = {"sample_pool": {"pairs": "gold"}}
     write_json_atomic(suite_dir / "runs" / "sample_pool-s0" / "result.json", pool)
+    start = json.loads((suite_dir / "runs" / "warm_start-s0" / "result.json").read_text())
+    start["spec"] = {"warm_start": {"enabled": False}}  # an older result: recorded under the SFT label
+    write_json_atomic(suite_dir / "runs" / "warm_start-s0" / "result.json", start)
     build_report(suite_dir)
     page = (suite_dir / "index.html").read_text(encoding="utf-8")
     md = (suite_dir / "summary.md").read_text(encoding="utf-8")
@@ -266,6 +269,7 @@ def test_title_and_description_name_the_model_and_task_that_ran(tmp_path: Path) 
     assert md.startswith("# Benchmark summary: cpu-tiny · SmolLM2-135M-Instruct on GSM8K (bundled)")
     assert "Qwen2.5-0.5B-Instruct" not in page and "Qwen2.5-0.5B-Instruct" not in md
     assert "Sample pool (gold-labelled)" in md and "verifier-labelled" not in md
+    assert "Start model (no warm start: the loaded weights, evaluated)" in md and "Warm start (SFT" not in md
     cite = dict(citation(load_suite(suite_dir)))
     assert cite["model"] == "SmolLM2-135M-Instruct" and cite["task"] == "GSM8K (the copy bundled with the suite)"
     assert cite["parameters"] == "1,000,000 (the actor, static accounting)"  # the fixture's actor

@@ -58,3 +58,12 @@ def test_a_gold_pool_is_labelled_gold_in_the_plan() -> None:
     assert next(r.label for r in runs if r.name == "sample_pool") == "Sample pool (gold-labelled)"
     assert next(r.label for r in make_plan(load_spec("cpu-tiny")) if r.name == "sample_pool") == \
         "Sample pool (verifier-labelled)"
+
+
+def test_a_warm_start_that_is_off_is_labelled_the_start_model_in_the_plan() -> None:
+    # An instruct model's presets turn the warm start off: the stage trains nothing, so it must not read "SFT".
+    off = make_plan(load_spec("cpu-tiny", ["warm_start.enabled=false"]))
+    on = make_plan(load_spec("cpu-tiny"))
+    assert next(r.label for r in off if r.name == "warm_start") == "Start model (no warm start: the loaded weights, evaluated)"
+    assert next(r.label for r in on if r.name == "warm_start") == "Warm start (SFT, TRL)"
+

@@ -177,6 +177,18 @@ def test_vllm_becomes_trl_colocate_fields(tmp_path: Path, vllm_present: None) ->
     assert grpo.describe(spec, spec.methods["grpo"])["generation"].startswith("vllm (colocate")
 
 
+@pytest.mark.parametrize("device, reads, not_reads", [
+    ("cpu", "reserves 1 GiB of KV cache in host memory", "GPU"),
+    ("cuda", "preallocates 0.3 of each GPU's memory", "host memory"),
+    ("auto", "preallocates 0.3 of each GPU's memory on a GPU; reserves 1 GiB", None)])
+def test_the_plan_names_what_vllm_reserves_on_the_device(device: str, reads: str, not_reads: str | None,
+                                                          vllm_present: None) -> None:
+    spec = load_spec("cpu-quick", [*VLLM, f"device={device}"])
+    line = grpo.describe(spec, spec.methods["grpo"])["generation"]
+    assert reads in line
+    assert not_reads is None or not_reads not in line
+
+
 def test_importance_sampling_cap_switches_trls_correction_on(tmp_path: Path, vllm_present: None) -> None:
     config = _config(load_spec("cpu-quick", [*VLLM, "generation.importance_sampling_cap=2"]), tmp_path)
     assert config.vllm_importance_sampling_correction is True

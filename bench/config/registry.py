@@ -35,6 +35,9 @@ class Entry:
         return importlib.import_module(self.module)
 
 
+NO_WARM_START_LABEL = "Start model (no warm start: the loaded weights, evaluated)"
+"""The warm-start stage's label under ``warm_start.enabled: false``: it trains nothing, so it is not an SFT."""
+
 STAGES: dict[str, Entry] = {
     "warm_start": Entry("baselines.sft"),
     "sample_pool": Entry("bench.execution.sample_pool"),

@@ -78,10 +78,13 @@ def stage_id(stage: str, seed: int, pipeline: bool) -> str:
 
 def stage_label(spec: Spec, stage: str) -> str:
     """The stage's label as this spec runs it: the sample pool's pairs are gold-labelled under
-    ``sample_pool.pairs: gold`` (the gold solution as chosen), verifier-labelled otherwise."""
+    ``sample_pool.pairs: gold`` (the gold solution as chosen), verifier-labelled otherwise; the warm start reads
+    ``registry.NO_WARM_START_LABEL`` when it is off."""
     label = registry.label(stage)
     if stage == "sample_pool" and spec.sample_pool.pairs == "gold":
         label = label.replace("verifier-labelled", "gold-labelled")
+    if stage == "warm_start" and not spec.warm_start.enabled:
+        label = registry.NO_WARM_START_LABEL
     return label
 
 

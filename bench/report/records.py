@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.config import registry
+
 
 @dataclass
 class Run:
@@ -34,7 +36,21 @@ class Run:
 
     @property
     def label(self) -> str:
-        return str(self.result.get("label") or self.result.get("method") or self.run_id)
+        """The recorded label, as the run's own spec ran it (`label_as_run`)."""
+        spec = self.result.get("spec")
+        return label_as_run(self.result.get("method"), str(self.result.get("label") or self.result.get("method")
+                                                            or self.run_id), spec if isinstance(spec, dict) else {})
+
+
+def label_as_run(method: Any, label: str, spec: dict[str, Any]) -> str:
+    """A stage's label as ``spec`` (a spec dict) ran it, whatever an older result recorded: under
+    ``sample_pool.pairs: gold`` the pool's pairs are gold-labelled (the gold solution as chosen), and a warm start
+    that was off is the start model (it trained nothing). Other labels are returned unchanged."""
+    if method == "sample_pool" and (spec.get("sample_pool") or {}).get("pairs") == "gold":
+        return label.replace("verifier-labelled", "gold-labelled")
+    if method == "warm_start" and (spec.get("warm_start") or {}).get("enabled") is False:
+        return registry.NO_WARM_START_LABEL
+    return label
 
 
 @dataclass

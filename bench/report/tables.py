@@ -23,6 +23,7 @@ from typing import Any
 from bench.scoring import stats
 from bench.report import anchors, datachecks, dynamics, fmt, networks, ranks, seeds, settings, throughput
 from bench.report.load import Run, Suite, results_frame
+from bench.report.records import label_as_run
 
 LOW_CHANGE = 0.5
 """A method run whose training changed less than this share of its trained weights is flagged: most of its
@@ -334,13 +335,9 @@ def start_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
 
 
 def stage_label(suite: Suite, run: Run) -> str:
-    """A stage's label as the spec ran it: under ``sample_pool.pairs: gold`` the pool's pairs are gold-labelled
-    (the gold solution as chosen), whatever label an older result recorded."""
+    """A stage's label as the spec ran it (`records.label_as_run`): the run's own spec, else the suite's."""
     spec = run.result.get("spec") if isinstance(run.result.get("spec"), dict) else suite.spec or {}
-    pairs = ((spec or {}).get("sample_pool") or {}).get("pairs")
-    if run.result.get("method") == "sample_pool" and pairs == "gold":
-        return run.label.replace("verifier-labelled", "gold-labelled")
-    return run.label
+    return label_as_run(run.result.get("method"), run.label, spec or {})
 
 
 def stage_rows(suite: Suite) -> list[dict[str, Any]]:
