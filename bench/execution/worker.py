@@ -380,7 +380,8 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
         networks = account_networks(outcome.networks, outcome.optimizers)
         # eval.enabled false (systems runs on random weights): no accuracy, so result["accuracy"] stays empty.
         evaluated = evaluates(job) and spec.eval.enabled and launch.is_main()  # rank 0 alone evaluates
-        evaluation = evaluate_policy(spec, outcome, test_rows, telemetry) if evaluated else None
+        eval_threads = evaluation_threads(spec, job.get("parallel_runs"))
+        evaluation = evaluate_policy(spec, outcome, test_rows, telemetry, eval_threads) if evaluated else None
     summary = telemetry.summary()
     count_from_telemetry(outcome, summary.get("counters") or {})
     assemble_training(result, outcome, networks, summary)
@@ -407,6 +408,30 @@ def configure_threads(spec: Any, kind: str, concurrent: Any = None) -> int:
     threads = worker_threads(spec.threads, concurrent_runs(spec, concurrent), kind, available_cores())
     torch.set_num_threads(threads)
     return threads
+
+
+def evaluation_threads(spec: Any, concurrent: Any = None) -> int:
+    """torch CPU threads of every evaluation, a stage's included: a method run's (:func:`worker_threads` of kind
+    'method'), so the start and every method are scored at the same thread count.
+
+    Why: a CPU matmul splits its work by the thread count, and the split changes the order of its sums; a real
+    model's greedy completion can turn on that last bit (SmolLM2-135M under bf16 autocast: 1 of 4 questions
+    differed between 1 and 2 threads), so a start scored by a stage at every core and a control arm at its share
+    would differ with no weight changed. On a GPU the count does not enter (the record carries it on a CPU only)."""
+    return worker_threads(spec.threads, concurrent_runs(spec, concurrent), "method", available_cores())
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """A region in which torch uses ``threads`` CPU threads; the count before it is restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def concurrent_runs(spec: Any, concurrent: Any = None) -> int:
@@ -559,14 +584,16 @@ def evaluates(job: dict[str, Any]) -> bool:
     return job["name"] == "warm_start" or job["kind"] == "method"
 
 
-def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], telemetry: Any) -> dict[str, Any]:
+def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], telemetry: Any,
+                    threads: int | None = None) -> dict[str, Any]:
     """Greedy evaluation of the trained policy on the held-out rows, timed as phase 'evaluation'.
 
     The questions are asked in ``spec.eval.prompt_style`` (bench.task.prompts; training used the tags prompt); the
     returned dict is bench.scoring.evaluation.evaluate's plus 'prompt_style' and 'precision'. Every policy — the
     warm start's checkpoint, every method, every seed — is scored in the one evaluation numerics
     (bench.model.numerics.actor_numerics: bf16 autocast with a float32 residual stream under a bfloat16 spec, float32
-    otherwise), recorded as 'precision' (bench.model.numerics.evaluation_precision).
+    otherwise), recorded as 'precision' (bench.model.numerics.evaluation_precision); on a CPU also at one thread
+    count (``threads``: :func:`evaluation_threads`; None: torch's current), recorded as precision['cpu_threads'].
     """
     from bench.scoring.evaluation import evaluate
     from bench.model.generation import eos_token_ids, sampling_settings
@@ -579,11 +606,16 @@ def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], te
                                  greedy=True)
     style = spec.eval.prompt_style
     rows = styled_rows(test_rows, outcome.tokenizer, style, spec.model.use_chat_template)
-    with telemetry.phase("evaluation"), actor_numerics(outcome.policy, spec.model.dtype):
+    import torch
+
+    threads = torch.get_num_threads() if threads is None else threads
+    with telemetry.phase("evaluation"), actor_numerics(outcome.policy, spec.model.dtype), torch_threads(threads):
         evaluation = evaluate(outcome.policy, outcome.tokenizer, rows, spec.eval.max_new_tokens,
                               spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
-    return {**evaluation, "prompt_style": style,
-            "precision": evaluation_precision(outcome.policy, spec.model.dtype, settings)}
+    precision = evaluation_precision(outcome.policy, spec.model.dtype, settings)
+    if next(outcome.policy.parameters()).device.type == "cpu" and settings.get("backend") != "vllm":
+        precision["cpu_threads"] = threads
+    return {**evaluation, "prompt_style": style, "precision": precision}
 
 
 # -- the result -----------------------------------------------------------------------------------
@@ -626,7 +658,8 @@ def assemble_evaluation(result: dict[str, Any], run_dir: Path, evaluation: dict[
 
 
 def evaluation_record(precision: dict[str, str] | None, before: dict[str, Any] | None) -> dict[str, Any]:
-    """``result["evaluation"]``: {'precision': how this run's policy was scored ({'storage', 'compute'}),
+    """``result["evaluation"]``: {'precision': how this run's policy was scored ({'storage', 'compute'}, and
+    'cpu_threads' on a CPU),
     'before_precision': how the warm start's (the 'before' score's) was (None: no warm start read, or a result
     from before the record existed), 'same_numerics': whether the two were computed alike (None when unknown)}.
 
@@ -635,7 +668,8 @@ def evaluation_record(precision: dict[str, str] | None, before: dict[str, Any] |
     before_precision = ((before or {}).get("evaluation") or {}).get("precision")
     same = None
     if precision and before_precision:
-        same = precision.get("compute") == before_precision.get("compute")
+        # The CPU thread count too: it orders a matmul's sums (evaluation_threads); absent on a GPU, equal then.
+        same = all(precision.get(key) == before_precision.get(key) for key in ("compute", "cpu_threads"))
     return {"precision": precision, "before_precision": before_precision, "same_numerics": same}
 
 
