@@ -283,6 +283,17 @@ def test_cite_this_run_says_a_synthetic_task_is_not_gsm8k(clustered: Path) -> No
     assert cite["model"] == "not recorded"  # the fixture's spec names no model: never a guess
 
 
+@pytest.mark.parametrize("max_steps, extent", [(1, "operands up to 25, one step;"), (3, "operands up to 25, up to 3 steps;")])
+def test_the_synthetic_tasks_extent_reads_as_english(tmp_path: Path, max_steps: int, extent: str) -> None:
+    from bench.report.citation import task_name
+
+    suite_dir = write_suite(tmp_path, methods=("grpo",))
+    meta = json.loads((suite_dir / "suite.json").read_text())
+    meta["spec"]["task"] = {"source": "synthetic", "synthetic": {"max_operand": 25, "max_steps": max_steps}}
+    write_json_atomic(suite_dir / "suite.json", meta)
+    assert extent in task_name(load_suite(suite_dir))  # never "up to 1 steps"
+
+
 def _ppo_suite(tmp_path: Path, rm_points: list[tuple[float, float]], heldout_accuracy: float) -> Path:
     """A GRPO + PPO (reward model) folder whose PPO logged ``rm_points`` (rm_score, accuracy_reward) per step and
     whose reward model ranked ``heldout_accuracy`` of 200 held-out pairs right."""

@@ -140,8 +140,9 @@ def task_name(suite: Suite) -> str:
     source = task.get("source")
     if source == "synthetic":
         syn = task.get("synthetic") or {}
-        return (f"synthetic GSM8K-format arithmetic (operands up to {syn.get('max_operand', '?')}, up to "
-                f"{syn.get('max_steps', '?')} steps; not GSM8K)")
+        steps = syn.get("max_steps", "?")
+        extent = "one step" if steps == 1 else f"up to {steps} steps"
+        return f"synthetic GSM8K-format arithmetic (operands up to {syn.get('max_operand', '?')}, {extent}; not GSM8K)"
     if source == "gsm8k-bundled":
         return "GSM8K (the copy bundled with the suite)"
     if source == "gsm8k":
