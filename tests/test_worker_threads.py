@@ -13,6 +13,16 @@ from bench.execution import worker
 from bench.execution.worker import (concurrent_runs, configure_threads, evaluation_record, evaluation_threads,
                                     torch_threads, worker_threads)
 
+TORCH_SET_NUM_THREADS = torch.set_num_threads
+"""torch's own setter, taken at collection (before any test runs): vLLM's CPU build replaces it with a no-op in a
+process where its engine has bound the threads (tests/test_vllm_backend.py starts one in the test process)."""
+
+
+@pytest.fixture(autouse=True)
+def torch_can_set_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests check what the suite sets; a vLLM test earlier in the same process must not decide them."""
+    monkeypatch.setattr(torch, "set_num_threads", TORCH_SET_NUM_THREADS)
+
 
 @pytest.mark.parametrize("threads, runs, kind, cores, want", [
     (0, 1, "method", 16, 16),
@@ -91,6 +101,26 @@ def test_the_evaluation_scores_at_the_given_count_and_records_it(monkeypatch) ->
     out = worker.evaluate_policy(spec, outcome, [], telemetry, threads=1)
     assert seen == [1] and torch.get_num_threads() == before
     assert out["precision"] == {"storage": "float32", "compute": "float32", "cpu_threads": 1}
+
+
+def test_a_vllm_evaluation_leaves_torchs_threads_alone(monkeypatch) -> None:
+    """Under the vllm backend vLLM decodes in its own threads: the count is neither set nor recorded."""
+    import contextlib
+    from types import SimpleNamespace
+
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.setattr("bench.scoring.evaluation.evaluate", lambda *args, **kwargs: {"records": []})
+    monkeypatch.setattr("bench.model.generation.eos_token_ids", lambda model, tokenizer: [0])
+    monkeypatch.setattr("bench.model.generation.sampling_settings",
+                        lambda spec, tokenizer, eos, greedy: {"max_new_tokens": 4, "backend": "vllm",
+                                                              "vllm": {"dtype": "float32"}})
+    monkeypatch.setattr("bench.task.prompts.styled_rows", lambda rows, tokenizer, style, chat: rows)
+    telemetry = SimpleNamespace(phase=lambda name: contextlib.nullcontext())
+    outcome = SimpleNamespace(policy=torch.nn.Linear(2, 2), tokenizer=None)
+    out = worker.evaluate_policy(load_spec("cpu-quick"), outcome, [], telemetry, threads=1)
+    assert calls == [] and "cpu_threads" not in out["precision"]
+    assert out["precision"]["compute"] == "vllm (float32)"
 
 
 def test_a_start_scored_at_another_thread_count_is_not_the_same_numerics() -> None:

@@ -609,11 +609,14 @@ def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], te
     import torch
 
     threads = torch.get_num_threads() if threads is None else threads
-    with telemetry.phase("evaluation"), actor_numerics(outcome.policy, spec.model.dtype), torch_threads(threads):
+    # vLLM decodes in its own threads (and its CPU build refuses torch.set_num_threads once it has bound them).
+    by_torch = settings.get("backend") != "vllm"
+    with (telemetry.phase("evaluation"), actor_numerics(outcome.policy, spec.model.dtype),
+          torch_threads(threads) if by_torch else contextlib.nullcontext()):
         evaluation = evaluate(outcome.policy, outcome.tokenizer, rows, spec.eval.max_new_tokens,
                               spec.eval.batch_size, spec.eval.samples_in_report, settings=settings)
     precision = evaluation_precision(outcome.policy, spec.model.dtype, settings)
-    if next(outcome.policy.parameters()).device.type == "cpu" and settings.get("backend") != "vllm":
+    if next(outcome.policy.parameters()).device.type == "cpu" and by_torch:
         precision["cpu_threads"] = threads
     return {**evaluation, "prompt_style": style, "precision": precision}
 
