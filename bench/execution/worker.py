@@ -595,6 +595,8 @@ def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], te
     otherwise), recorded as 'precision' (bench.model.numerics.evaluation_precision); on a CPU also at one thread
     count (``threads``: :func:`evaluation_threads`; None: torch's current), recorded as precision['cpu_threads'].
     """
+    import torch
+
     from bench.scoring.evaluation import evaluate
     from bench.model.generation import eos_token_ids, sampling_settings
     from bench.model.numerics import actor_numerics, evaluation_precision
@@ -606,8 +608,6 @@ def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], te
                                  greedy=True)
     style = spec.eval.prompt_style
     rows = styled_rows(test_rows, outcome.tokenizer, style, spec.model.use_chat_template)
-    import torch
-
     threads = torch.get_num_threads() if threads is None else threads
     # vLLM decodes in its own threads (and its CPU build refuses torch.set_num_threads once it has bound them).
     by_torch = settings.get("backend") != "vllm"
