@@ -16,6 +16,8 @@ memory). TRL's importance-sampling correction of vLLM's sampling log-probabiliti
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -231,12 +233,16 @@ def train(ctx: RunContext) -> TrainOutcome:
     dataset = Dataset.from_list([{"prompt": row["prompt"], "answer": row["answer"]} for row in rows])
     if world_size() > 1:  # the position of each prompt in the matched order, passed on to the reward functions
         dataset = dataset.add_column("prompt_id", list(range(len(rows))))
-    if config.use_vllm:  # the engine TRL starts: in this process, its CPU KV cache as the spec says
-        from bench.model.vllm_backend import prepare_trl_environment
+    engine_setup = contextlib.nullcontext()
+    if config.use_vllm:  # the engine TRL starts: in this process, its CPU KV cache and compiling as the spec says
+        from bench.model.vllm_backend import prepare_trl_environment, trl_engine_matched
 
-        prepare_trl_environment(sampling_settings(spec, tokenizer, greedy=False).get("vllm") or {}, ctx.device)
-    trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=lora_config(spec))
+        options = sampling_settings(spec, tokenizer, greedy=False).get("vllm") or {}
+        prepare_trl_environment(options, ctx.device)
+        engine_setup = trl_engine_matched(options, ctx.device)
+    with engine_setup:
+        trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
+                              processing_class=tokenizer, peft_config=lora_config(spec))
     if config.use_vllm and world_size() == 1:  # TRL's colocated vLLM, synced and reused as the suite's own engine
         from bench.model.vllm_backend import adopt_trl_engine
 

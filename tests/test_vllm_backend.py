@@ -88,6 +88,33 @@ def test_trls_engine_gets_the_cpu_kv_cache_size(monkeypatch: pytest.MonkeyPatch)
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
 
 
+def test_a_cpu_engine_runs_eagerly_unless_compiling_is_asked() -> None:
+    assert vb.cpu_compile_kwargs({}) == {"enforce_eager": True}
+    assert vb.cpu_compile_kwargs({"cpu_compile": False}) == {"enforce_eager": True}
+    assert vb.cpu_compile_kwargs({"cpu_compile": True}) == {"enforce_eager": False}
+
+
+@pytest.mark.parametrize("cpu_compile", [False, True])
+def test_trls_cpu_engine_compiles_as_the_suites_does(monkeypatch: pytest.MonkeyPatch, cpu_compile: bool) -> None:
+    """TRL passes vLLM no enforce_eager: on a CPU its engine would compile while the suite's own ran eagerly (one
+    method with a faster sampler). While the trainer is built its LLM gets the suite's setting; after, it is TRL's."""
+    import trl.generation.vllm_generation as trl_vllm
+
+    asked: list[dict[str, Any]] = []
+
+    def fake_llm(**kwargs: Any) -> str:
+        asked.append(kwargs)
+        return "engine"
+
+    monkeypatch.setattr(trl_vllm, "LLM", fake_llm, raising=False)
+    with vb.trl_engine_matched({"cpu_compile": cpu_compile}, "cpu"):
+        assert trl_vllm.LLM(model="m", seed=0) == "engine"
+    assert asked == [{"model": "m", "seed": 0, "enforce_eager": not cpu_compile}]
+    assert trl_vllm.LLM is fake_llm
+    with vb.trl_engine_matched({"cpu_compile": cpu_compile}, "cuda"):  # on a GPU vLLM's own default stands
+        assert trl_vllm.LLM is fake_llm
+
+
 def test_trl_engine_is_adopted_synced_by_the_suite_and_attached_to_the_policy() -> None:
     """TRL GRPO's colocated LLM: its sync_weights becomes the suite's (one reload per weight change), and the policy
     carries it for the evaluation after training. A stand-in LLM records what it is asked (no vLLM needed)."""
@@ -286,3 +313,4 @@ def test_the_kv_cache_reservation_is_recorded_as_its_own_source(engine: tuple[An
     assert 0 < kv["bytes"] <= 0.25 * 2**30  # the reservation asked for (cpu_kv_cache_gib), not more
     assert record["sleep_mode"].startswith("not available on this platform (cpu)")
     assert record["sync"] == "after every optimizer step" and record["weight_syncs"] >= 1
+    assert record["compiled"] is False  # eager on a CPU unless generation.vllm_cpu_compile asks

@@ -146,12 +146,13 @@ def test_every_settings_dict_names_its_backend(vllm_present: None) -> None:
     assert sampling_settings(plain, Tok(), greedy=False)["backend"] == "transformers"
     assert "vllm" not in sampling_settings(plain, Tok(), greedy=True)
     assert greedy_settings(Tok(), None, 4)["backend"] == "transformers"
-    spec = load_spec("cpu-quick", [*VLLM, "generation.vllm_cpu_kv_cache_gib=2", "generation.importance_sampling_cap=2"])
+    spec = load_spec("cpu-quick", [*VLLM, "generation.vllm_cpu_kv_cache_gib=2", "generation.importance_sampling_cap=2",
+                                    "generation.vllm_cpu_compile=true"])
     for greedy in (True, False):
         settings = sampling_settings(spec, Tok(), greedy=greedy)
         assert settings["backend"] == "vllm"
         assert settings["vllm"] == {"dtype": spec.model.dtype, "gpu_memory_utilization": 0.3, "cpu_kv_cache_gib": 2.0,
-                                    "importance_sampling_cap": 2.0}
+                                    "cpu_compile": True, "importance_sampling_cap": 2.0}
         assert json.loads(json.dumps(settings)) == settings
         config = generation_config(settings)  # who decodes is no GenerationConfig field
         assert not hasattr(config, "backend") and not hasattr(config, "vllm")

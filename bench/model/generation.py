@@ -66,13 +66,15 @@ def vllm_options(spec: Any) -> dict[str, Any]:
     """The vLLM engine's options from the spec (bench.model.vllm_backend builds the engine from them).
 
     ``dtype``: the weights' compute dtype (model.dtype); ``gpu_memory_utilization`` (share of a GPU) and
-    ``cpu_kv_cache_gib`` (GiB on a CPU): what vLLM reserves; ``importance_sampling_cap``: 0 = off. The engine holds
-    sequences up to the model's own ``max_position_embeddings`` (prompt + completion tokens).
+    ``cpu_kv_cache_gib`` (GiB on a CPU): what vLLM reserves; ``cpu_compile``: compile on a CPU rather than run
+    eagerly; ``importance_sampling_cap``: 0 = off. The engine holds sequences up to the model's own
+    ``max_position_embeddings`` (prompt + completion tokens).
     """
     g = spec.generation
     return {"dtype": str(spec.model.dtype),
             "gpu_memory_utilization": float(g.vllm_gpu_memory_utilization),
             "cpu_kv_cache_gib": float(g.vllm_cpu_kv_cache_gib),
+            "cpu_compile": bool(g.vllm_cpu_compile),
             "importance_sampling_cap": float(g.importance_sampling_cap)}
 
 
