@@ -17,7 +17,6 @@ memory). TRL's importance-sampling correction of vLLM's sampling log-probabiliti
 from __future__ import annotations
 
 import contextlib
-
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 

@@ -149,7 +149,8 @@ class GenerationSpec:
     vllm_cpu_compile: bool = False
     """With backend vllm on a CPU: let vLLM compile its model (torch.compile with inductor, vLLM's CPU default)
     instead of running it eagerly. Measured on a 2-core CPU with SmolLM2-135M in bf16: about 1.5x vLLM's decode
-    tokens/s, for about 90 s of compiling at each engine start (cached under ~/.cache/vllm for the same shapes).
+    tokens/s, for about 90 s of compiling at every engine start (vLLM's compile cache never hit: each engine is
+    built from a new temporary folder).
     Off by default: the suite starts an engine per run, and its tests use tiny models that gain nothing. Ignored on
     a GPU (vLLM compiles and captures CUDA graphs there) and with transformers."""
     importance_sampling_cap: float = 0.0
