@@ -10,7 +10,11 @@ Generation follows the suite-wide ``generation.backend``: transformers' ``model.
 hands it to vLLM inside the training process (TRL's ``use_vllm`` in ``colocate`` mode), as every other method's
 generation is (bench.model.vllm_backend). vLLM is an optional extra and preallocates
 ``generation.vllm_gpu_memory_utilization`` of a GPU's memory up front (the report shows that apart from training
-memory). TRL's importance-sampling correction of vLLM's sampling log-probabilities is on only when
+memory). TRL's colocated engine is started with the suite engine's settings (seed from the run seed, sleep mode,
+batching, prefix caching, maximum length, dtype, eager or compiled) and samples with its ``SamplingParams``
+(:func:`build_trainer`, bench.model.vllm_backend.trl_engine_matched), so GRPO (TRL) and GRPO (suite engine) differ in
+the algorithm, not in the sampler; what still differs is recorded (settings.vllm.differences). TRL's
+importance-sampling correction of vLLM's sampling log-probabilities is on only when
 ``generation.importance_sampling_cap`` is (token_truncate at that cap), as for the suite's engine.
 """
 
@@ -151,14 +155,14 @@ def grpo_config(ctx: RunContext) -> "GRPOConfig":
         shuffle_dataset=False,  # the suite fixes the prompt order so every method sees the same one
         reward_weights=None,  # set below with the functions
     )
-    args.update(backend_args(spec, decoding))  # vLLM: its own sampling extras replace the transformers pins
+    args.update(backend_args(spec, decoding, ctx.device))  # vLLM: its own sampling extras replace the transformers pins
     return GRPOConfig(**args)
 
 
-def backend_args(spec: Any, decoding: dict[str, Any]) -> dict[str, Any]:
+def backend_args(spec: Any, decoding: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
     """GRPOConfig fields of the suite's generation backend: nothing for transformers; for vllm ``use_vllm``,
-    ``vllm_mode="colocate"``, ``vllm_gpu_memory_utilization``, vLLM's own sampling extras and the
-    importance-sampling correction (bench.model.vllm_backend.trl_vllm_args).
+    ``vllm_mode="colocate"``, the suite engine's memory share and sleep mode on ``device``, vLLM's own sampling
+    extras and the importance-sampling correction (bench.model.vllm_backend.trl_vllm_args).
 
     TRL passes ``generation_kwargs`` to vLLM's ``SamplingParams`` in this mode, which has none of transformers'
     neutral pins (beam search, n-gram blocking, ... are off in vLLM by default) and spells the minimum length
@@ -168,7 +172,7 @@ def backend_args(spec: Any, decoding: dict[str, Any]) -> dict[str, Any]:
         return {}
     from bench.model.vllm_backend import trl_vllm_args
 
-    return trl_vllm_args(spec, decoding)
+    return trl_vllm_args(spec, decoding, device)
 
 
 def backend_settings(config: "GRPOConfig", policy: Any = None) -> dict[str, Any]:
@@ -201,10 +205,47 @@ def recording_prompt_ids(reward_func: Any, seen: list[int]) -> Any:
     return recorded
 
 
+def build_trainer(ctx: RunContext, config: "GRPOConfig", policy: Any, tokenizer: Any, reward_funcs: list[Any],
+                  dataset: Any) -> Any:
+    """The GRPOTrainer of ``config``; with vLLM its colocated engine is started as the suite's own would be.
+
+    The engine settings GRPOConfig has fields for but that need the policy or its tokenizer are set here: the
+    maximum length (the model's) and the sampling extras of the suite's ``SamplingParams`` (minimum length, stop
+    ids, no detokenizing: bench.model.vllm_backend.trl_generation_kwargs). The rest TRL has no field for (seed from
+    the run seed, batching, prefix caching, dtype, eager or compiled, KV-cache size on a CPU, dummy start) is given
+    while the trainer starts its engine (trl_engine_matched); in one process the engine is then adopted: synced by
+    the suite and recorded as it runs (bench.model.vllm_backend.adopt_trl_engine).
+    """
+    from trl import GRPOTrainer
+
+    from bench.execution.launch import world_size
+    from bench.model.generation import eos_token_ids, sampling_settings
+
+    spec = ctx.spec
+    engine_setup: Any = contextlib.nullcontext()
+    settings = sampling_settings(spec, tokenizer, eos_token_ids(policy, tokenizer), greedy=False)
+    options = settings.get("vllm") or {}
+    if config.use_vllm:
+        from bench.model.vllm_backend import (max_model_len, prepare_trl_environment, trl_engine_matched,
+                                              trl_generation_kwargs)
+
+        config.vllm_max_model_length = max_model_len(policy.config)
+        config.generation_kwargs = {**(config.generation_kwargs or {}), **trl_generation_kwargs(settings)}
+        prepare_trl_environment(options, ctx.device)
+        engine_setup = trl_engine_matched(options, ctx.device, seed=ctx.seed, model_config=policy.config)
+    with engine_setup as build:
+        trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
+                              processing_class=tokenizer, peft_config=lora_config(spec))
+    if config.use_vllm and world_size() == 1:  # TRL's colocated vLLM, synced and reused as the suite's own engine
+        from bench.model.vllm_backend import adopt_trl_engine
+
+        adopt_trl_engine(trainer, options, build)
+    return trainer
+
+
 def train(ctx: RunContext) -> TrainOutcome:
     """Train with GRPOTrainer on the matched prompts; return the policy and its reference."""
     from datasets import Dataset
-    from trl import GRPOTrainer
 
     from bench.model.generation import decoding_settings, eos_token_ids, generation_config, sampling_settings
     from bench.execution.launch import world_size
@@ -232,20 +273,7 @@ def train(ctx: RunContext) -> TrainOutcome:
     dataset = Dataset.from_list([{"prompt": row["prompt"], "answer": row["answer"]} for row in rows])
     if world_size() > 1:  # the position of each prompt in the matched order, passed on to the reward functions
         dataset = dataset.add_column("prompt_id", list(range(len(rows))))
-    engine_setup = contextlib.nullcontext()
-    if config.use_vllm:  # the engine TRL starts: in this process, its CPU KV cache and compiling as the spec says
-        from bench.model.vllm_backend import prepare_trl_environment, trl_engine_matched
-
-        options = sampling_settings(spec, tokenizer, greedy=False).get("vllm") or {}
-        prepare_trl_environment(options, ctx.device)
-        engine_setup = trl_engine_matched(options, ctx.device)
-    with engine_setup:
-        trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=config, train_dataset=dataset,
-                              processing_class=tokenizer, peft_config=lora_config(spec))
-    if config.use_vllm and world_size() == 1:  # TRL's colocated vLLM, synced and reused as the suite's own engine
-        from bench.model.vllm_backend import adopt_trl_engine
-
-        adopt_trl_engine(trainer, sampling_settings(spec, tokenizer, greedy=False).get("vllm") or {})
+    trainer = build_trainer(ctx, config, policy, tokenizer, reward_funcs, dataset)
     run_trainer(ctx, trainer, t.steps)
     problems = monitor_problems(trainer.reward_funcs, trainer.state.log_history)
     counters = ctx.telemetry.counters

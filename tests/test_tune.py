@@ -94,7 +94,7 @@ def test_the_shipped_grids_expand_into_the_declared_points() -> None:
     assert size == 1000
     assert len(grids["dpo"].points()) == 2 * 2 * 3  # product: learning rate x beta x loss variant
     assert {p["methods.dpo.loss_type"] for p in grids["dpo"].points()} == {"sigmoid", "ipo", "sigmoid,sft"}
-    assert len(grids["ppo"].points()) == 1 + 2 + 1 + 1 + 1 + 1  # one at a time over five knobs
+    assert len(grids["ppo"].points()) == 1 + 2 + 1 + 1  # one at a time over three knobs (the reward model: its own)
     # Every axis starts at the preset's own value, so a tune can only match or beat the shipped settings.
     spec = load_spec("cpu-tiny", [])
     for method, grid in grids.items():
@@ -115,15 +115,20 @@ def test_a_tune_is_a_per_method_sweep_on_validation_sharing_its_stages() -> None
     runs = make_plan(spec)
     stages = [r.run_id for r in runs if r.kind == "stage"]
     methods = [r for r in runs if r.kind == "method"]
-    # One warm start and pool for all; a reward model per reward-model value (PPO's grid varies its epochs).
-    assert stages == ["warm_start", "sample_pool", "reward_model@rmep2", "reward_model@rmep1"]
+    # One warm start, pool and reward model for all (its grid is its own: tests/test_tune_reward_model.py).
+    assert stages == ["warm_start", "sample_pool", "reward_model"]
     assert len(methods) == 2 * (2 + 2 + 2)  # seeds x (grpo_engine + ppo + dpo points)
     by_id = {r.run_id: r for r in methods}
     assert by_id["dpo-s1@ipo"].values == (("methods.dpo.loss_type", "ipo"),)
     # A point's id names what differs from its method's first point; the first method's first point is "base".
-    assert by_id["ppo-s0@rmep1"].needs == ("warm_start", "sample_pool", "reward_model@rmep1")
+    assert by_id["ppo-s0@lr0.001-ppo"].needs == ("warm_start", "sample_pool", "reward_model")
     assert by_id["grpo_engine-s0@base"].values == (("methods.grpo_engine.learning_rate", 1.0e-4),)
-    assert by_id["ppo-s0@base-ppo"].values == (("methods.ppo.learning_rate", 1.0e-4), ("reward_model.epochs", 2))
+    assert by_id["ppo-s0@base-ppo"].values == (("methods.ppo.learning_rate", 1.0e-4),)
+    # At a reward model chosen first, every PPO point carries its values and reads that one stage.
+    at = make_plan(tune_spec(base, grids, ["grpo_engine", "ppo", "dpo"], [0, 1], 24, {"reward_model.epochs": 1},
+                             ["ppo"]))
+    assert [r.run_id for r in at if r.kind == "stage"] == ["warm_start", "sample_pool", "reward_model@rmep1"]
+    assert {r.needs[-1] for r in at if r.name == "ppo"} == {"reward_model@rmep1"}
     assert {r.name for r in methods if r.point == "ipo"} == {"dpo"}  # a method runs at its own points only
     from bench.config.rules import point_spec
 

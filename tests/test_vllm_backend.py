@@ -45,7 +45,7 @@ def test_each_sampling_setting_maps_onto_its_vllm_field() -> None:
     sampled = vb.sampling_kwargs(_settings(do_sample=True, temperature=0.7, top_p=0.9, top_k=5,
                                            repetition_penalty=1.2, min_new_tokens=3, max_new_tokens=11,
                                            eos_token_id=[2, 7]), n=4)
-    assert sampled == {"n": 4, "temperature": 0.7, "top_p": 0.9, "top_k": 5, "repetition_penalty": 1.2,
+    assert sampled == {"n": 4, "temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.0, "repetition_penalty": 1.2,
                        "min_tokens": 3, "max_tokens": 11, "stop_token_ids": [2, 7], "logprobs": 0,
                        "detokenize": False}
     greedy = vb.sampling_kwargs(_settings(temperature=0.7, top_p=0.9, top_k=5))
@@ -76,16 +76,22 @@ def test_transformers_settings_never_reach_vllm() -> None:
 
 
 def test_trls_engine_gets_the_cpu_kv_cache_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """TRL passes vLLM no KV-cache size; on a CPU vLLM would take 0.3 of free memory (6.3 GiB measured here)."""
+    """TRL passes vLLM no KV-cache size; on a CPU vLLM would take 0.3 of free memory (6.3 GiB measured here). Its
+    engine gets the suite's kv_cache_memory_bytes at start, and an inherited VLLM_CPU_KVCACHE_SPACE (which vLLM's CPU
+    build would let override it) is dropped."""
+    import trl.generation.vllm_generation as trl_vllm
+
     for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND"):
         monkeypatch.setenv(name, "")  # recorded, so the test leaves the environment as it found it
         monkeypatch.delenv(name)
-    vb.prepare_trl_environment({"cpu_kv_cache_gib": 0.25}, "cuda")
-    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     vb.prepare_trl_environment({"cpu_kv_cache_gib": 0.25}, "cpu")
-    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"  # whole GiB, rounded up
-    vb.prepare_trl_environment({"cpu_kv_cache_gib": 2.5}, "cpu")
-    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "4"
+    asked: list[dict[str, Any]] = []
+    monkeypatch.setattr(trl_vllm, "LLM", lambda **kwargs: asked.append(kwargs), raising=False)
+    with vb.trl_engine_matched({"cpu_kv_cache_gib": 0.25}, "cpu", seed=0, model_config=_model().config):
+        trl_vllm.LLM(model="m", seed=0)
+    assert asked[0]["kv_cache_memory_bytes"] == 2**28 and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
 
 
 def test_a_cpu_engine_runs_eagerly_unless_compiling_is_asked() -> None:
@@ -97,7 +103,9 @@ def test_a_cpu_engine_runs_eagerly_unless_compiling_is_asked() -> None:
 @pytest.mark.parametrize("cpu_compile", [False, True])
 def test_trls_cpu_engine_compiles_as_the_suites_does(monkeypatch: pytest.MonkeyPatch, cpu_compile: bool) -> None:
     """TRL passes vLLM no enforce_eager: on a CPU its engine would compile while the suite's own ran eagerly (one
-    method with a faster sampler). While the trainer is built its LLM gets the suite's setting; after, it is TRL's."""
+    method with a faster sampler). While the trainer is built its LLM gets the suite's setting (and every other of
+    the suite's: tests/test_trl_engine_match.py); after, it is TRL's again. On a GPU both compile (vLLM's default,
+    named)."""
     import trl.generation.vllm_generation as trl_vllm
 
     asked: list[dict[str, Any]] = []
@@ -107,12 +115,14 @@ def test_trls_cpu_engine_compiles_as_the_suites_does(monkeypatch: pytest.MonkeyP
         return "engine"
 
     monkeypatch.setattr(trl_vllm, "LLM", fake_llm, raising=False)
-    with vb.trl_engine_matched({"cpu_compile": cpu_compile}, "cpu"):
+    config = _model().config
+    with vb.trl_engine_matched({"cpu_compile": cpu_compile}, "cpu", seed=7, model_config=config):
         assert trl_vllm.LLM(model="m", seed=0) == "engine"
-    assert asked == [{"model": "m", "seed": 0, "enforce_eager": not cpu_compile}]
+    assert asked[0]["enforce_eager"] is (not cpu_compile) and asked[0]["seed"] == 7 and asked[0]["model"] == "m"
     assert trl_vllm.LLM is fake_llm
-    with vb.trl_engine_matched({"cpu_compile": cpu_compile}, "cuda"):  # on a GPU vLLM's own default stands
-        assert trl_vllm.LLM is fake_llm
+    with vb.trl_engine_matched({"cpu_compile": cpu_compile}, "cuda", seed=7, model_config=config):
+        trl_vllm.LLM(model="m", seed=0)
+    assert asked[1]["enforce_eager"] is False and trl_vllm.LLM is fake_llm
 
 
 def test_trl_engine_is_adopted_synced_by_the_suite_and_attached_to_the_policy() -> None:
@@ -311,6 +321,6 @@ def test_the_kv_cache_reservation_is_recorded_as_its_own_source(engine: tuple[An
     kv = record["kv_cache"]
     assert kv["source"] == vb.KV_CACHE_SOURCE and kv["blocks"] > 0
     assert 0 < kv["bytes"] <= 0.25 * 2**30  # the reservation asked for (cpu_kv_cache_gib), not more
-    assert record["sleep_mode"].startswith("not available on this platform (cpu)")
+    assert record["sleep_mode"].startswith("none: not available on this platform (cpu)")
     assert record["sync"] == "after every optimizer step" and record["weight_syncs"] >= 1
     assert record["compiled"] is False  # eager on a CPU unless generation.vllm_cpu_compile asks

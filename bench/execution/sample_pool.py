@@ -91,6 +91,20 @@ def entry_pair(entry: dict[str, Any]) -> dict[str, str] | None:
     return {"prompt": entry["prompt"], "chosen": right[0], "rejected": wrong[0]}
 
 
+def entry_pairs(entry: dict[str, Any]) -> list[dict[str, str]]:
+    """Every (prompt, chosen, rejected) pair of one pool line: each correct sample against each incorrect one
+    (verifier lines), or the gold solution against each incorrect sample (gold lines); [] when
+    :func:`entry_pair` gives none. Its first pair is :func:`entry_pair`'s. The reward model trains on these."""
+    if entry_pair(entry) is None:
+        return []
+    wrong = [c for c, ok in zip(entry["completions"], entry["correct"]) if not ok]
+    if entry.get("pairs", VERIFIER_PAIRS) == GOLD_PAIRS:
+        right = [entry["gold_completion"]]
+    else:
+        right = [c for c, ok in zip(entry["completions"], entry["correct"]) if ok]
+    return [{"prompt": entry["prompt"], "chosen": c, "rejected": r} for c in right for r in wrong]
+
+
 def preference_pairs(pool: list[dict[str, Any]]) -> list[dict[str, str]]:
     """One (prompt, chosen, rejected) pair per pool line that gives a preference (see :func:`entry_pair`)."""
     return [pair for pair in map(entry_pair, pool) if pair is not None]

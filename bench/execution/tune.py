@@ -2,10 +2,10 @@
 
 A tune is a sweep (bench.config.sweep, ``mode: per_method``) over each method's declared grid (``bench/config/tuning_grids.yaml``,
 or ``--grid FILE``): every (method, grid point, seed) is its own worker, the shared stages run once per distinct
-value of the keys they depend on (one warm start and sample pool for all; a reward model per reward-model value),
-and every evaluation reads the validation split: ``task.validation_size`` questions carved from the training side
-(bench.task.problems: synthetic by working, a file's by a hash of the question), which the training prompts then exclude.
-The test split is never loaded (``eval.split: validation``; bench.task.data.load_task).
+value of the keys they depend on (one warm start and sample pool for all), and every evaluation reads the
+validation split: ``task.validation_size`` questions carved from the training side (bench.task.problems: synthetic
+by working, a file's by a hash of the question), which the training prompts then exclude. The test split is never
+loaded (``eval.split: validation``; bench.task.data.load_task).
 
 Each method's best point is the one with the highest mean validation accuracy over the seeds, in the headline
 scoring mode (bench.task.verifier.HEADLINE_MODE); only points where every seed finished count, and a tie goes to the
@@ -15,17 +15,41 @@ per method the grid, every point's score (mean, sd, n questions, seeds) and the 
 ``bench run --preset DIR/tuned-<preset>.yaml``; every result then carries ``spec.tuning``, so the report can say
 per method "tuned on validation" or "untuned default".
 
+The reward model (issue 31), a shared stage, is tuned like a method but on its own validation pairs, and first.
+A grid file entry's ``reward_model`` grid (axes ``reward_model.<field>``; ``eval_fraction`` is fixed, since it decides
+which pairs are held out) is run before any method: every (point, seed) is one run of the stage
+(``reward_model@<point>`` at the first seed, ``reward_model-s<seed>@<point>`` at the others), each trained on every
+pair of its training questions and scored by ``metrics.heldout_pair_accuracy``: one pair per held-out question of
+the sample pool, questions the stage never trains on (baselines/reward_model.py; the held-out questions are drawn
+by the run's seed, so the seeds vary them too). Its best point is picked like a method's (highest mean over seeds,
+only points where every seed finished, ties to the first) and recorded under ``tuning.methods.reward_model`` with a
+method's fields (split ``validation pairs (held-out questions of the sample pool)``, n = held-out pairs). Then the
+methods' sweep runs with every point of each method that reads the reward model (PPO with ``reward: model``)
+carrying the chosen values, so those methods are tuned at the reward model they will run with; their stage is the
+chosen point's first-seed run, reused, not retrained. Their records say so (``tuned_at``) and leave the reward
+model's keys out of ``chosen``. Why sequenced rather than one sweep over both: a method's point scored against a
+reward model other than the one it ships with chose its settings for the wrong reward, and the grid of both at
+once (the product) costs one method run per pair of points. A method grid may then not tune ``reward_model.*``
+itself (one line says so). The tune folder is one suite folder for both phases: its ``suite.json`` is written with
+the methods at the preset's reward model and, once the reward model is chosen, holds the methods' sweep at the
+chosen one; ``--resume`` continues either phase (a folder from another preset or grid is refused). A
+``--methods`` list that names ``reward_model`` tunes the stage, alone when it names nothing else; a list of methods
+none of which reads the reward model leaves it untuned.
+
 Imports no torch: the workers do the training (bench.execution.runner).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import math
+import os
 import shlex
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -41,6 +65,15 @@ GRIDS_FILE = "tuning_grids.yaml"
 DEFAULT_SEEDS = 2
 """Seeds per grid point unless --seeds says otherwise: enough for a mean and a spread, few enough to afford."""
 GRID_MODES = ("product", "one_at_a_time")
+STAGE = "reward_model"
+"""The shared stage a grid entry may tune on its own validation pairs (its ``reward_model`` grid)."""
+STAGE_SPLIT = "validation pairs (held-out questions of the sample pool)"
+"""What the stage's score is measured on: one pair per held-out question, questions it never trains on."""
+STAGE_SCORE = "heldout_pair_accuracy"
+"""The stage's score: its result's ``metrics.heldout_pair_accuracy`` (baselines/reward_model.py)."""
+STAGE_FIXED = {"reward_model.eval_fraction": "it decides which questions are held out, so its points would be scored "
+                                             "on different pairs; set it in the preset"}
+"""Reward-model keys its grid may not vary, with the reason."""
 
 
 @dataclass
@@ -134,23 +167,51 @@ def grids_for(preset: str, data: dict[str, Any]) -> tuple[int, dict[str, Grid]]:
     size = entry.get("validation_size", 500)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise UserError(f"grid '{name}': 'validation_size' must be an integer >= 1, got {size!r}")
-    grids: dict[str, Grid] = {}
-    for method, spec in entry["methods"].items():
-        where = f"grid '{name}', method '{method}'"
-        if not isinstance(spec, dict) or not isinstance(spec.get("axes"), dict) or not spec["axes"]:
-            raise UserError(f"{where}: give 'axes' (dotted key -> list of values), e.g. "
-                            f"axes: {{methods.{method}.learning_rate: [1.0e-5, 3.0e-5]}}")
-        unknown = sorted(set(spec) - {"axes", "mode"})
-        if unknown:
-            raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; a method's grid has 'axes' and 'mode'")
-        mode = spec.get("mode", "product")
-        if mode not in GRID_MODES:
-            raise UserError(f"{where}: 'mode' must be one of {', '.join(GRID_MODES)}, got {mode!r}")
-        for key, values in spec["axes"].items():
-            if not isinstance(values, list) or not values:
-                raise UserError(f"{where}: axis '{key}' must be a non-empty list of values, got {values!r}")
-        grids[str(method)] = Grid(str(method), {str(k): list(v) for k, v in spec["axes"].items()}, mode)
+    grids = {str(method): _parse_grid(f"grid '{name}', method '{method}'", str(method), spec,
+                                      f"methods.{method}.learning_rate: [1.0e-5, 3.0e-5]")
+             for method, spec in entry["methods"].items()}
+    if entry.get(STAGE) is not None:  # the stage tunes its keys on its own pairs: no method may tune them too
+        for method, grid in grids.items():
+            for key in grid.axes:
+                if key.startswith(f"{STAGE}."):
+                    raise UserError(f"grid '{name}', method '{method}': axis '{key}' is tuned by the grid's "
+                                    f"'{STAGE}' entry, on the reward model's own held-out pairs before any method "
+                                    f"runs; remove it from {method}'s axes")
     return size, grids
+
+
+def _parse_grid(where: str, name: str, spec: Any, example: str) -> Grid:
+    """One grid entry ({axes, mode}) as a Grid; UserError naming ``where`` for a malformed one."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("axes"), dict) or not spec["axes"]:
+        raise UserError(f"{where}: give 'axes' (dotted key -> list of values), e.g. axes: {{{example}}}")
+    unknown = sorted(set(spec) - {"axes", "mode"})
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; a grid has 'axes' and 'mode'")
+    mode = spec.get("mode", "product")
+    if mode not in GRID_MODES:
+        raise UserError(f"{where}: 'mode' must be one of {', '.join(GRID_MODES)}, got {mode!r}")
+    for key, values in spec["axes"].items():
+        if not isinstance(values, list) or not values:
+            raise UserError(f"{where}: axis '{key}' must be a non-empty list of values, got {values!r}")
+    return Grid(name, {str(k): list(v) for k, v in spec["axes"].items()}, mode)
+
+
+def stage_grid_for(preset: str, data: dict[str, Any]) -> Grid | None:
+    """The reward-model grid of ``preset`` in grid-file ``data`` (its own entry, else ``default``), or None when the
+    entry has none; its axes are ``reward_model.<field>`` keys other than :data:`STAGE_FIXED`."""
+    name = preset if preset in data else "default"
+    entry = data.get(name)
+    if not isinstance(entry, dict) or entry.get(STAGE) is None:
+        return None
+    where = f"grid '{name}', '{STAGE}'"
+    grid = _parse_grid(where, STAGE, entry[STAGE], f"{STAGE}.learning_rate: [1.0e-3, 3.0e-4]")
+    for key in grid.axes:
+        if not key.startswith(f"{STAGE}."):
+            raise UserError(f"{where}: axis '{key}' is not a reward-model setting; its axes are {STAGE}.<field> "
+                            f"(a method's settings go in that method's grid)")
+        if key in STAGE_FIXED:
+            raise UserError(f"{where}: axis '{key}' cannot be tuned: {STAGE_FIXED[key]}")
+    return grid
 
 
 def choose_methods(base: Any, grids: dict[str, Grid], asked: str | None) -> list[str]:
@@ -193,9 +254,13 @@ def check_shared_keys(grids: dict[str, Grid], methods: list[str]) -> None:
 
 
 # -- the tune's spec ------------------------------------------------------------------------------------------
-def tune_spec(base: Any, grids: dict[str, Grid], methods: list[str], seeds: list[int], validation_size: int) -> Any:
+def tune_spec(base: Any, grids: dict[str, Grid], methods: list[str], seeds: list[int], validation_size: int,
+              stage_values: dict[str, Any] | None = None, readers: list[str] | tuple[str, ...] = ()) -> Any:
     """The base spec as a per_method sweep of the grids: only ``methods`` enabled, every evaluation on a validation
-    split of ``validation_size``, the base's own training steps (the sweep's warm-up + measured steps)."""
+    split of ``validation_size``, the base's own training steps (the sweep's warm-up + measured steps).
+
+    ``stage_values`` (the reward model's, {dotted key: value}) are added to every point of each method in
+    ``readers``, so those methods run at that reward model (``reward_model@<its values>``)."""
     from bench.errors import SpecError
     from bench.config.loading import load_spec_dict
 
@@ -211,7 +276,9 @@ def tune_spec(base: Any, grids: dict[str, Grid], methods: list[str], seeds: list
     for name, settings in data["methods"].items():
         settings["enabled"] = name in methods
     warmup = min(base.telemetry.warmup_steps, base.train.steps - 1)
-    data["sweep"] = {"mode": "per_method", "axes": {m: grids[m].points() for m in methods},
+    axes = {m: [{**point, **(stage_values or {})} if m in readers else point for point in grids[m].points()]
+            for m in methods}
+    data["sweep"] = {"mode": "per_method", "axes": axes,
                      "steps": base.train.steps - warmup, "warmup_steps": warmup}
     try:
         return load_spec_dict(data)
@@ -286,6 +353,210 @@ def method_record(grid: Grid, scores: list[PointScore], best: PointScore, base: 
     }
 
 
+# -- the reward model, tuned first on its own validation pairs ------------------------------------------------
+def stage_readers(base: Any, names: Any) -> list[str]:
+    """The methods among ``names`` that read the reward model (its stage is among the stages they need)."""
+    from bench.config.registry import stages_needed
+
+    return [m for m in names if m in base.methods and STAGE in stages_needed(base, m)]
+
+
+@dataclass
+class StageTune:
+    """The reward model's grid as runs of its stage: every point at every seed, after the warm start and pool."""
+
+    grid: Grid
+    readers: list[str]
+    """The tuned methods that read it: tuned at its chosen point."""
+    spec: Any
+    """A per_method sweep of one reader at the grid's points: it plans the stage runs (the reader never runs)."""
+    points: list[tuple[str, dict[str, Any]]]
+    """(label, values) per grid point, in grid order; the first seed's run is ``reward_model@<label>``."""
+    seeds: list[int]
+    runs: list[Any]
+    """PlannedRuns: the stages it needs, then each point at the first seed, then at each other seed."""
+
+    def run_id(self, label: str, seed: int) -> str:
+        """The first seed's run is the stage a method sweep at this point plans (so it is read, not re-run)."""
+        return f"{STAGE}@{label}" if seed == self.seeds[0] else f"{STAGE}-s{seed}@{label}"
+
+    def keys(self) -> set[str]:
+        return set(self.grid.axes)
+
+    def base_values(self, base: Any) -> dict[str, Any]:
+        """The preset's own value of every axis, in axis order."""
+        data = base.to_dict()
+        return {key: _base_value(data, key) for key in self.grid.axes}
+
+
+def stage_tune(base: Any, grid: Grid, readers: list[str], seeds: list[int], validation_size: int) -> StageTune:
+    """The stage's runs for ``grid`` at ``seeds``, planned as a method sweep plans its stages (same run ids,
+    same needs): one reader (a tuned one, else any method that reads the reward model) at the grid's points."""
+    from bench.config.registry import METHODS
+    from bench.config.sweep import _label
+    from bench.execution.plan import make_plan
+
+    planner = readers[0] if readers else next(iter(stage_readers(base, METHODS)), None)
+    if planner is None:
+        raise UserError(f"no method of preset '{base.name}' reads the reward model (PPO with reward: model), so "
+                        f"its grid has nothing to plan it; tune it with a preset where one does")
+    spec = tune_spec(base, {planner: Grid(planner, grid.axes, grid.mode)}, [planner], seeds, validation_size)
+    stages = {run.run_id: run for run in make_plan(spec) if run.kind == "stage"}
+    points = [(_label(tuple(values.items())), values) for values in grid.points()]
+    labels = [label for label, _ in points]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"the {STAGE} grid's points {', '.join(labels)} do not all have their own name; give its "
+                        f"axes values that differ in what they print as")
+    runs = [run for run in stages.values() if run.name != STAGE]
+    tune = StageTune(grid, list(readers), spec, points, list(seeds), runs)
+    for seed in seeds:
+        for label, _ in points:
+            run = stages[f"{STAGE}@{label}"]
+            runs.append(run if seed == seeds[0] else replace(run, run_id=tune.run_id(label, seed), seed=seed))
+    return tune
+
+
+def describe_stage_tune(tune: StageTune, base: Any, dry_run: bool = False) -> str:
+    """The plan's lines for the reward model's grid: what it scores, its points and its runs (``dry_run``: says
+    that the methods' plan printed after it shows them at the preset's reward model, not yet the chosen one)."""
+    shown = (f" (the plan below shows them at the preset's reward model, {_values_text(tune.base_values(base))})"
+             if dry_run else "")
+    then = (f"then {', '.join(tune.readers)} tuned at the chosen point{shown}" if tune.readers
+            else "no method tuned after it")
+    lines = [f"reward model first ({STAGE} grid, {tune.grid.mode}): {len(tune.points)} points x {len(tune.seeds)} "
+             f"seed(s) = {len(tune.points) * len(tune.seeds)} runs of the stage, each scored by its held-out pair "
+             f"accuracy on {STAGE_SPLIT}: reward_model.eval_fraction {base.reward_model.eval_fraction} of the "
+             f"pool's questions, one pair each, never trained on; the best mean over seeds is chosen, {then}"]
+    lines += [f"  axis {key}: {', '.join(str(v) for v in values)}" for key, values in tune.grid.axes.items()]
+    lines.append(f"  points: {', '.join(label for label, _ in tune.points)}")
+    for i, run in enumerate(tune.runs, 1):
+        after = f" (after {', '.join(run.needs)})" if run.needs else ""
+        lines.append(f"  {i:2d}. {run.run_id:<28} {run.label}, seed {run.seed}{after}")
+    return "\n".join(lines)
+
+
+def _values_text(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def collect_stage_scores(suite_dir: Path, tune: StageTune) -> list[PointScore]:
+    """The reward model's grid points' held-out pair accuracy per seed, from the stage runs' result files; a run
+    that did not finish, or finished without a held-out pair accuracy, makes its point incomplete."""
+    from bench.results import read_result
+
+    scores = []
+    for order, (label, values) in enumerate(tune.points):
+        score = PointScore(STAGE, label, dict(values), order)
+        for seed in tune.seeds:
+            result = read_result(suite_dir / "runs" / tune.run_id(label, seed))
+            metrics = (result or {}).get("metrics") or {}
+            value = metrics.get(STAGE_SCORE) if isinstance(metrics, dict) else None
+            if result is None or result.get("status") != "ok":
+                score.not_ok[seed] = "missing" if result is None else str(result.get("status"))
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                score.not_ok[seed] = f"no {STAGE_SCORE}"
+            else:
+                score.accuracy[seed] = float(value)
+                score.n_questions = int(metrics.get("heldout_pairs") or 0)
+        scores.append(score)
+    return scores
+
+
+def stage_record(tune: StageTune, scores: list[PointScore], best: PointScore, base: dict[str, Any]) -> dict[str, Any]:
+    """What ``tuning.methods.reward_model`` holds: a method's record (bench.execution.tune.method_record) scored on
+    the stage's own validation pairs (n = held-out pairs), and the methods tuned at its choice."""
+    record = method_record(tune.grid, scores, best, base, tune.seeds, best.n_questions)
+    record.update(split=STAGE_SPLIT, scoring_mode=STAGE_SCORE, heldout_pairs=best.n_questions,
+                  eval_fraction=(base.get(STAGE) or {}).get("eval_fraction"), stage=True, read_by=list(tune.readers))
+    return record
+
+
+def run_stage_runs(spec: Any, suite_dir: Path, runs: list[Any], repo_dir: Path | None, resume_command: str,
+                   prepare: Any = None, stream: Any = None) -> bool:
+    """Run ``runs`` (shared-stage runs) into ``suite_dir`` one at a time, as the runner runs a plan's stages (each
+    in its own worker, with every core; a run already complete from unchanged inputs is kept), holding the folder's
+    lock; ``prepare`` (called under the lock first) writes suite.json. True when interrupted (the runs left are
+    not started; the running one records itself as interrupted)."""
+    import threading
+
+    from bench.execution.devices import placement, plan_devices
+    from bench.execution.processes import Progress, Stopper, worker_env
+    from bench.execution.runner import execute_run
+    from bench.execution.suite_folder import SuiteLock
+
+    stream = stream or sys.stderr
+    devices = plan_devices(spec, os.environ)
+    slot = devices.slots[0] if devices.slots else ()
+    lock = SuiteLock(suite_dir)
+    lock.acquire(stream)
+
+    def exit_now() -> None:
+        lock.release()
+        stream.write(f"resume with: {resume_command}\n")
+        stream.flush()
+
+    stopper = Stopper(stream, on_exit_now=exit_now)
+    printing = threading.Lock()
+    try:
+        if prepare is not None:
+            prepare()
+        stopper.install()
+        env = worker_env(spec, os.environ, slot)
+        for index, run in enumerate(runs, 1):
+            if stopper.requested.is_set():
+                break
+            progress = Progress(stream, printing, stream.isatty(), index, len(runs), run)
+            execute_run(spec, suite_dir, run, True, repo_dir, env, progress, stopper, gpus=slot,
+                        placed=placement(devices, 0, slot))
+    finally:
+        stopper.restore()
+        lock.release()
+    return stopper.requested.is_set()
+
+
+def _without_stage_values(data: Any, keys: set[str]) -> Any:
+    """Spec data with ``keys`` taken out of every per_method point: the tune's identity, whatever reward model the
+    methods' points carry."""
+    data = copy.deepcopy(data) if isinstance(data, dict) else {}
+    axes = (data.get("sweep") or {}).get("axes")
+    if isinstance(axes, dict):
+        for method, entries in axes.items():
+            if isinstance(entries, list):
+                axes[method] = [{k: v for k, v in e.items() if k not in keys} if isinstance(e, dict) else e
+                                for e in entries]
+    return data
+
+
+def check_stage_resume(spec: Any, suite_dir: Path, keys: set[str]) -> None:
+    """--resume of a tune that tunes the reward model first: the folder's suite.json must be this tune's, equal to
+    ``spec`` but for the reward-model values its methods' points carry (the choice made when it last ran)."""
+    from bench.results import SUITE_FILE
+
+    path = suite_dir / SUITE_FILE
+    if not path.is_file():
+        raise UserError(f"--resume: '{suite_dir}' is not a tune folder (no {SUITE_FILE}); give --out a folder "
+                        f"written by `bench tune`, or drop --resume")
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UserError(f"--resume: '{path}' is unreadable ({type(exc).__name__}); start a new --out folder") from None
+    old_spec = old.get("spec") if isinstance(old, dict) else None
+    if _without_stage_values(old_spec, keys) != _without_stage_values(spec.to_dict(), keys):
+        raise UserError(f"--resume: the tune differs from the one '{suite_dir}' was made with; use the same "
+                        f"preset, grid, seeds and overrides, or a new --out folder")
+
+
+def set_suite_spec(suite_dir: Path, spec: Any) -> None:
+    """Point suite.json at ``spec`` (the methods' sweep at the chosen reward model), so that the runner continues
+    the folder with it (bench.execution.suite_folder.check_suite_dir compares the two)."""
+    from bench.results import SUITE_FILE, write_json_atomic
+
+    path = suite_dir / SUITE_FILE
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    meta["spec"] = spec.to_dict()
+    write_json_atomic(path, meta)
+
+
 # -- the tuned preset -----------------------------------------------------------------------------------------
 def tuned_preset_data(extends: str, chosen: dict[str, dict[str, Any]], records: dict[str, Any], source: Path,
                       command: str) -> dict[str, Any]:
@@ -323,6 +594,10 @@ def write_tuned_preset(path: Path, data: dict[str, Any], base_name: str, overrid
              f"# Use:     {use_command(path, overrides)}"]
     if overrides:
         lines.append("# The tune ran with the overrides above; the Use line repeats them, so the run matches the tune.")
+    if STAGE in records:
+        lines += ["# The reward model was tuned first, by its mean held-out pair accuracy over seeds on its own",
+                  "# validation pairs (held-out questions of the sample pool, never trained on); the methods that read",
+                  "# it were then tuned at its chosen point (tuned_at)."]
     for method, record in records.items():
         chosen = ", ".join(f"{k}={v}" for k, v in record["chosen"].items())
         lines.append(f"# {method}: {chosen}: {_score_text(record['score'])}; default {_score_text(record['default_score'])}")
@@ -342,14 +617,16 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     """`bench tune`'s options."""
     parser.add_argument("--preset", required=True, help="preset name (see `bench presets`) or a YAML file")
     parser.add_argument("--methods", help="comma-separated methods to tune (default: every enabled method with a "
-                                          "grid, control never)")
+                                          "grid, control never); the grid's reward_model is tuned first when a "
+                                          "method read it, or when the list names reward_model (alone: only it)")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
                         help=f"seeds per grid point, 0..N-1 (default {DEFAULT_SEEDS})")
     parser.add_argument("--grid", help=f"grid file (default: the shipped bench/{GRIDS_FILE})")
     parser.add_argument("--out", help="tune folder to write (default: REPORTS_DIR/tune/<preset>-<time>)")
     parser.add_argument("--reports-dir", default="reports", help="where tune folders go, under tune/ (default: reports)")
     parser.add_argument("--resume", action="store_true", help="continue --out, skipping runs already complete")
-    parser.add_argument("--dry-run", action="store_true", help="validate and print the grid points and the plan")
+    parser.add_argument("--dry-run", action="store_true", help="validate and print the grid points and the plan "
+                                                               "(the reward model's grid first, when tuned)")
     parser.add_argument("overrides", nargs="*", metavar="key.path=value",
                         help="spec overrides applied before tuning, e.g. train.steps=100")
 
@@ -374,6 +651,9 @@ def tune_command(args: argparse.Namespace, out: Path | None) -> str:
 def run_tune(args: argparse.Namespace) -> int:
     """`bench tune`: plan and run the grid on the validation split, pick per method, write the tuned preset.
 
+    With a reward-model grid (and a method that reads it, or ``--methods`` naming it): its stage runs first, its
+    point is picked, and the methods' sweep then runs at it (the module docstring).
+
     Exit status: 0 every run ok, 1 some failed (the preset is still written from the complete points), 2 a usage or
     spec error, 130 interrupted (nothing is picked; --resume continues).
     """
@@ -382,45 +662,108 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     base = load_spec(args.preset, args.overrides)
-    size, grids = grids_for(base.name, read_grid_file(args.grid))
-    methods = choose_methods(base, grids, args.methods)
+    data = read_grid_file(args.grid)
+    size, grids = grids_for(base.name, data)
+    stage_grid = stage_grid_for(base.name, data)
+    asked = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else []
+    if STAGE in asked and stage_grid is None:
+        raise UserError(f"--methods: no '{STAGE}' grid in the grid file's entry for preset '{base.name}'; add one "
+                        f"(axes {STAGE}.<field>) or leave it out")
+    others = ",".join(m for m in asked if m != STAGE)
+    methods = [] if asked and not others else choose_methods(base, grids, others or None)
     check_shared_keys(grids, methods)
     size = base.task.validation_size or size  # task.validation_size=N on the command line wins
-    spec = tune_spec(base, grids, methods, list(range(args.seeds)), size)
+    seeds = list(range(args.seeds))
+    readers = stage_readers(base, methods)
+    tune = (stage_tune(base, stage_grid, readers, seeds, size)
+            if stage_grid is not None and (readers or STAGE in asked) else None)
+    at = tune.base_values(base) if tune else None
+    if methods:
+        spec = tune_spec(base, grids, methods, seeds, size, at, readers)
+    else:  # --methods reward_model alone: the stage's own sweep is the folder's spec
+        spec = tune.spec  # type: ignore[union-attr]
     from bench.execution.plan import describe_plan, make_plan
 
     if args.dry_run:
-        print(describe_plan(spec, make_plan(spec)))
+        print("\n".join(([describe_stage_tune(tune, base, dry_run=True)] if tune else [])
+                        + ([describe_plan(spec, make_plan(spec))] if methods else [])))
         return 0
     from bench.execution.runner import run_suite
-    from bench.execution.suite_folder import SuiteLock, check_suite_dir
+    from bench.execution.suite_folder import SuiteLock, check_run_folders, check_suite_dir, prepare_suite_dir
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     suite_dir = Path(args.out) if args.out else Path(args.reports_dir) / "tune" / f"{base.name}-{stamp}"
-    check_suite_dir(spec, suite_dir.resolve(), args.resume)
+    if tune is not None and args.resume:  # suite.json holds the methods at the reward model chosen last time
+        check_stage_resume(spec, suite_dir.resolve(), tune.keys())
+        check_run_folders(suite_dir.resolve(), tune.runs)
+    else:
+        check_suite_dir(spec, suite_dir.resolve(), args.resume)
+        if tune is not None:
+            check_run_folders(suite_dir.resolve(), tune.runs)
     SuiteLock(suite_dir.resolve()).refuse_if_held()
     from bench.execution.preflight import preflight
 
     preflight(spec, suite_dir)  # before the plan, as in `bench run`: a failed check is the only line printed
+    resume = tune_command(args, suite_dir) + " --resume"
+    code = 0
+    if tune is not None:
+        print(describe_stage_tune(tune, base), file=sys.stderr)
+        print(f"tuning the reward model on its held-out pairs; writing to {suite_dir}", file=sys.stderr)
+        folder = suite_dir.resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        fresh = not args.resume
+        prepare = (lambda: prepare_suite_dir(spec, folder, make_plan(spec), False, resume)) if fresh else None
+        if run_stage_runs(spec, folder, tune.runs, Path.cwd(), resume, prepare):
+            print(f"resume with: {resume}", file=sys.stderr)
+            return 130
+        from bench.results import is_complete
+
+        ok = sum(is_complete(folder / "runs" / run.run_id) for run in tune.runs)
+        code = 0 if ok == len(tune.runs) else 1
+        best = pick(collect_stage_scores(folder, tune))
+        chosen = dict(best.values) if best is not None else at
+        print(f"reward model grid: {ok} of {len(tune.runs)} runs ok; chosen {_values_text(chosen or {})} "
+              + (f"(held-out pair accuracy {_percent(best.mean)} over {best.n_questions} held-out pairs)"
+                 if best is not None else "(no grid point finished on every seed: the preset's values)"),
+              file=sys.stderr)
+        if not methods:
+            return finish_tune(folder, spec, base, grids, methods, args, tune_command(args, suite_dir), code, tune)
+        spec = tune_spec(base, grids, methods, seeds, size, chosen, readers)
+        set_suite_spec(folder, spec)
     print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
     print(f"tuning on {size} validation questions; writing to {suite_dir}", file=sys.stderr)
-    resume = tune_command(args, suite_dir) + " --resume"
-    outcome = run_suite(spec, suite_dir, resume=args.resume, repo_dir=Path.cwd(), resume_command=resume,
-                        latest_dir=Path(args.reports_dir) / "tune")
+    outcome = run_suite(spec, suite_dir, resume=args.resume or tune is not None, repo_dir=Path.cwd(),
+                        resume_command=resume, latest_dir=Path(args.reports_dir) / "tune")
     if outcome.exit_code == 130:
         return 130
     return finish_tune(suite_dir.resolve(), spec, base, grids, methods, args, tune_command(args, suite_dir),
-                       outcome.exit_code)
+                       max(code, outcome.exit_code), tune)
 
 
 def finish_tune(suite_dir: Path, spec: Any, base: Any, grids: dict[str, Grid], methods: list[str],
-                args: argparse.Namespace, command: str, exit_code: int = 0) -> int:
-    """Pick each method's best point from the folder's results, write the tuned preset and say how to use it."""
+                args: argparse.Namespace, command: str, exit_code: int = 0, stage: StageTune | None = None) -> int:
+    """Pick each method's best point (and, with ``stage``, the reward model's, first) from the folder's results,
+    write the tuned preset and say how to use it."""
     scores = collect_scores(suite_dir, spec)
     base_data = base.to_dict()
     chosen: dict[str, dict[str, Any]] = {}
     records: dict[str, Any] = {}
+    keys = stage.keys() if stage is not None else set()
+    if stage is not None:
+        stage_scores = collect_stage_scores(suite_dir, stage)
+        best = pick(stage_scores)
+        if best is None:
+            print(f"bench tune: {STAGE}: no grid point finished on every seed; left at the preset's values "
+                  f"(the methods that read it were tuned there)", file=sys.stderr)
+        else:
+            chosen[STAGE] = dict(best.values)
+            records[STAGE] = stage_record(stage, stage_scores, best, base_data)
     for method in methods:
+        tuned_at: dict[str, Any] = {}
+        if stage is not None and method in stage.readers:  # every point ran at the reward model chosen first
+            for score in scores[method]:
+                tuned_at = {k: v for k, v in score.values.items() if k in keys}
+                score.values = {k: v for k, v in score.values.items() if k not in keys}
         best = pick(scores[method])
         if best is None:
             print(f"bench tune: {method}: no grid point finished on every seed; left untuned", file=sys.stderr)
@@ -428,6 +771,8 @@ def finish_tune(suite_dir: Path, spec: Any, base: Any, grids: dict[str, Grid], m
         chosen[method] = dict(best.values)
         records[method] = method_record(grids[method], scores[method], best, base_data, spec.seeds,
                                         spec.task.validation_size)
+        if tuned_at:
+            records[method]["tuned_at"] = tuned_at
     if not records:
         print("bench: error: no method has a grid point that finished on every seed; nothing written "
               f"(see {suite_dir})", file=sys.stderr)
@@ -439,8 +784,13 @@ def finish_tune(suite_dir: Path, spec: Any, base: Any, grids: dict[str, Grid], m
     write_tuned_preset(path, data, base.name, list(args.overrides))
     for method, record in records.items():
         shown = ", ".join(f"{k}={v}" for k, v in record["chosen"].items())
+        if record.get("stage"):
+            print(f"{method}: {shown}: held-out pair accuracy {_score_text(record['score'])} over "
+                  f"{record['heldout_pairs']} held-out pairs; default {_score_text(record['default_score'])}")
+            continue
+        at = f"; at reward model {_values_text(record['tuned_at'])}" if record.get("tuned_at") else ""
         print(f"{method}: {shown}: validation {record['scoring_mode']} {_score_text(record['score'])} over "
-              f"{record['n_questions']} questions; default {_score_text(record['default_score'])}")
+              f"{record['n_questions']} questions; default {_score_text(record['default_score'])}{at}")
     print(f"tuned preset: {path}")
     print(f"use it: {use_command(path, list(args.overrides))}")
     return exit_code

@@ -249,6 +249,26 @@ def random_init_dir(spec: Spec) -> Path:
     return folder
 
 
+def reward_read_positions(input_ids: "torch.Tensor", last_real: "torch.Tensor",
+                          pad_token_id: int | None) -> "torch.Tensor":
+    """Where a sequence-classification reward model reads its score: (b, L) ids, (b,) last real index -> (b,).
+
+    transformers' own rule (``GenericForSequenceClassification``) reads the rightmost token that is not the pad
+    token. TRL's RewardTrainer appends EOS to every text it trains on, so where pad == EOS (SmolLM2, Qwen) that rule
+    skips the EOS and the score head is trained on the token *before* it; where pad != EOS it is trained on the EOS.
+    Applied to the real tokens only (a rollout is also padded on the left and after its EOS): the last real token,
+    or the one before it when that token is the pad token. Every reader of a reward model (its pair accuracy, PPO's
+    rollout scores) uses this, so the head is read where it was trained.
+    """
+    import torch
+
+    index = last_real.clone()
+    if pad_token_id is None:
+        return index
+    rows = torch.arange(len(index), device=index.device)
+    return torch.where((input_ids[rows, index] == pad_token_id) & (index > 0), index - 1, index)
+
+
 def load_sequence_classifier(path: str | Path, model_dtype: str, device: str, *, trained: bool = False) -> Any:
     """A one-output sequence classifier (the reward model) from ``path``, stored as the precision policy says.
 

@@ -7,11 +7,12 @@ Every claim gets one of five verdicts, from a rule in :data:`CHECKS` applied to 
 - ``not supported by measurement``: such a measurement disagrees;
 - ``true by construction`` / ``false by construction``: the claim follows from how the recipes are built, and the
   run only confirms the build: which networks a method keeps, that beta 0 drops the reference, that the critic
-  costs its own weights + gradients + optimizer state, that GRPO has no critic phase, and the static memory ratio
-  (PPO's 16P + 16P + 4P + 4P bytes over GRPO's 16P + 4P is 2.0 by arithmetic). Such a verdict cannot fail
-  unless the recipes change, so it is kept apart from the measured ones;
-- ``not measured in this run``: the run has no reading that could decide it (a CPU run has no VRAM; no G sweep
-  was run; the method did not finish; the precision policy never stores trained weights in bf16). Never a guess.
+  costs its own weights + gradients + optimizer state, that GRPO has no critic phase. Such a verdict cannot fail
+  unless the recipes change, so it is kept apart from the measured ones. The memory ratio shows both sides in one
+  row (:func:`memory_ratio`): PPO's 16P + 16P + 4P + 4P accounted bytes over GRPO's 16P + 4P is 2.0 by
+  arithmetic, and the measured peak (GPU, or ``cpu-rss`` on a CPU) decides the verdict wherever there is one;
+- ``not measured in this run``: the run has no reading that could decide it (no G sweep was run; the method did
+  not finish; the precision policy never stores trained weights in bf16). Never a guess.
 
 A rule returns the measured text and the verdict; the claim, its source and how it is measured come from the
 YAML, so adding a claim with an existing rule is one YAML entry.
@@ -180,35 +181,68 @@ def _sweep_ratio(suite: Suite, c: dict[str, Any], source: str) -> Verdict | None
     return Verdict(text, SUPPORTED if ok else NOT_SUPPORTED)
 
 
-def static_ratio(suite: Suite, c: dict[str, Any]) -> Verdict:
-    swept = _sweep_ratio(suite, c, "static accounting")
-    if swept:
-        return swept
+SOURCE_WORDS = {"cpu-rss": "resident set of the worker process tree, Python runtime included; a CPU run, not VRAM",
+                "cpu-rss delta": "resident set over the post-load baseline; a CPU run, not VRAM",
+                "cuda-allocated": "PyTorch's allocated GPU memory", "cuda-allocated peak": "PyTorch's allocated GPU "
+                "memory", "nvml-process": "GPU memory of the process tree, NVML"}
+"""What each measured memory source is, said beside its ratio (a CPU reading is never called VRAM)."""
+
+
+def memory_ratio(suite: Suite, c: dict[str, Any]) -> Verdict:
+    """PPO (``a``) over GRPO (``b``) memory, accounted and measured side by side in one row.
+
+    Accounted: the static accounting (weights + gradients + optimizer state of every resident network), exact and
+    fixed by the recipes. Measured: the whole run's peak from the first source in ``sources`` that both methods
+    recorded, mean over the seeds both ran with that source (same source, same seeds). The verdict follows the
+    measurement when there is one ("almost double" read as ``low``-``high``x); with none, the accounting decides it
+    and the verdict says "by construction". A sweep compares every sweep point instead.
+    """
+    accounted, measured = _sweep_ratio(suite, c, "static accounting"), None
+    for source in ("cuda-allocated peak", "cpu-rss delta"):
+        measured = measured or _sweep_ratio(suite, c, source)
+    if accounted is None and measured is None:
+        accounted, measured = _accounted_ratio(suite, c), _measured_ratio(suite, c)
+    parts = [f"accounted: {accounted.measured}" if accounted else "accounted: no network accounting",
+             f"measured: {measured.measured}" if measured else "measured: no memory reading of both methods"]
+    verdict = measured or accounted
+    if verdict is None:
+        missing = next((m for m in (c["a"], c["b"]) if _run(suite, m) is None), None)
+        return Verdict(_why_missing(suite, missing) if missing else "; ".join(parts), NOT_MEASURED)
+    return Verdict("; ".join(parts) + ("; the verdict follows the measurement" if measured and accounted else ""),
+                   verdict.verdict)
+
+
+def _accounted_ratio(suite: Suite, c: dict[str, Any]) -> Verdict | None:
+    """The static accounting's a / b (by construction), or None without accounting for both."""
     a, b = _run(suite, c["a"]), _run(suite, c["b"])
     if a is None or b is None or not network_bytes(a) or not network_bytes(b):
-        return Verdict(_why_missing(suite, c["a"] if a is None else c["b"]), NOT_MEASURED)
+        return None
     ta, tb = sum(network_bytes(a).values()), sum(network_bytes(b).values())
-    ratio = ta / tb
-    return Verdict(f"{a.label} {mib(ta)} / {b.label} {mib(tb)} = {ratio:.2f}× (accounting, exact: the sum of "
-                   f"the networks each recipe keeps, so fixed by the recipes)",
-                   _within(ratio, c["low"], c["high"], built=True))
+    return Verdict(f"{a.label} {mib(ta)} / {b.label} {mib(tb)} = {ta / tb:.2f}× (static accounting: weights + "
+                   f"gradients + optimizer state of the networks each recipe keeps, exact, fixed by the recipes)",
+                   _within(ta / tb, c["low"], c["high"], built=True))
 
 
-def peak_ratio(suite: Suite, c: dict[str, Any]) -> Verdict:
-    swept = _sweep_ratio(suite, c, "cuda-allocated peak")
-    if swept:
-        return swept
-    a, b = _run(suite, c["a"]), _run(suite, c["b"])
-    if a is None or b is None:
-        return Verdict(_why_missing(suite, c["a"] if a is None else c["b"]), NOT_MEASURED)
+def _measured_ratio(suite: Suite, c: dict[str, Any]) -> Verdict | None:
+    """The measured peak's a / b: the first of ``c["sources"]`` both methods recorded on common seeds, each side
+    the mean over those seeds (bytes); None when no source has a reading of both on one seed."""
+    def by_seed(methods: Any) -> dict[Any, Run]:  # the first listed method that ran ok, one run per seed
+        name = next((m for m in _names(methods) if any(r.result.get("method") == m for r in ok_methods(suite))),
+                    None)
+        return {r.result.get("seed"): r for r in ok_methods(suite) if r.result.get("method") == name}
+
+    runs_a, runs_b = by_seed(c["a"]), by_seed(c["b"])
     for source in _names(c["sources"]):
-        pa, pb = _peak(a, source), _peak(b, source)
-        if pa and pb:
-            ratio = pa / pb
-            return Verdict(f"{a.label} {mib(pa)} / {b.label} {mib(pb)} = {ratio:.2f}× ({source})",
-                           _within(ratio, c["low"], c["high"]))
-    source = a.result.get("memory", {}).get("source") or "none"
-    return Verdict(f"no GPU memory reading (this run's memory source: {source})", NOT_MEASURED)
+        seeds = [s for s in runs_a if s in runs_b and _peak(runs_a[s], source) and _peak(runs_b[s], source)]
+        if not seeds:
+            continue
+        pa = sum(_peak(runs_a[s], source) for s in seeds) / len(seeds)
+        pb = sum(_peak(runs_b[s], source) for s in seeds) / len(seeds)
+        label_a, label_b = runs_a[seeds[0]].label, runs_b[seeds[0]].label
+        return Verdict(f"{label_a} {mib(pa)} / {label_b} {mib(pb)} = {pa / pb:.2f}× (peak {source}: "
+                       f"{SOURCE_WORDS.get(source, source)}; mean over seed{'s' if len(seeds) > 1 else ''} "
+                       f"{', '.join(map(str, seeds))})", _within(pa / pb, c["low"], c["high"]))
+    return None
 
 
 def _peak(run: Run, source: str) -> float | None:
@@ -373,7 +407,7 @@ def bf16_updates(suite: Suite, c: dict[str, Any]) -> Verdict:
 
 
 CHECKS: dict[str, Callable[[Suite, dict[str, Any]], Verdict]] = {
-    f.__name__: f for f in (networks_present, networks_absent, beta_zero_reference, static_ratio, peak_ratio,
+    f.__name__: f for f in (networks_present, networks_absent, beta_zero_reference, memory_ratio,
                             critic_saving, critic_time, phase_share_below, group_size_sweep, bf16_updates)
 }
 

@@ -18,7 +18,7 @@ import jinja2
 
 from bench.config.paths import check_path, check_suite_folder, shown
 from bench.errors import UserError
-from bench.report import citation, fmt
+from bench.report import citation, fmt, throughput
 from bench.report.findings import accuracy, headline_mode, network_bytes
 from bench.report.load import SUITE_FILE, Run, Suite, load_suite
 
@@ -28,8 +28,9 @@ METRICS = (
     ("static", "static memory, accounting", "MiB", 2, False),
     ("peak", "peak memory", "MiB", 1, False),
     ("step", "s/step (median)", "s", 3, False),
-    ("tokens", "generated tokens/s", "tokens/s", 1, True),
-    ("completions", "completions/s", "1/s", 2, True),
+    ("tokens", "generated tokens/s of training", "tokens/s", 1, True),
+    ("completions", "completions/s of training", "1/s", 2, True),
+    ("generation", "completions/s of generation phase", "1/s", 2, True),
     ("before", "accuracy before", "%", 1, True),
     ("after", "accuracy after", "%", 1, True),
 )
@@ -167,8 +168,10 @@ def _numbers(suite: Suite, mode: str | None = None) -> dict[str, dict[str, Value
             "step": Value(pooled([fmt.throughput(r, "step_s_median") for r in ok]), ""),
             "tokens": Value(pooled([fmt.throughput(r, "tokens_per_s") for r in ok]), ""),
             "completions": Value(pooled([fmt.throughput(r, "completions_per_s") for r in ok]), ""),
+            # Per second of decoding alone: training seconds also hold reward, critic and update time.
+            "generation": Value(pooled([throughput.generation_rate(r) for r in ok]), ""),
         }
-        for key, digits in (("step", 3), ("tokens", 1), ("completions", 2)):
+        for key, digits in (("step", 3), ("tokens", 1), ("completions", 2), ("generation", 2)):
             row[key].text = fmt.float_text(row[key].value, digits)
         for when, scores in acc.items():
             real = [s for s in scores if s is not None]
@@ -208,7 +211,7 @@ def headline_rows(suites: list[Suite]) -> tuple[list[str], list[list[str]]]:
     for label in labels:
         for key, title, unit, digits, _ in METRICS:
             cells = [n.get(label, {}).get(key, absent) for n in numbers]
-            if all(c.value is None for c in cells) and key in ("static", "tokens", "completions"):
+            if all(c.value is None for c in cells) and key in ("static", "tokens", "completions", "generation"):
                 continue  # e.g. DPO's generation rates: nothing to compare anywhere
             shown_unit = f" ({mode})" if key in ("before", "after") else "" if key == "peak" else f" ({unit})"
             rows.append([label, title + shown_unit, *[c.text for c in cells]]

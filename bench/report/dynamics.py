@@ -21,9 +21,8 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
-from bench.scoring.stats import wilson_interval
 from bench.telemetry import monitors
-from bench.report import fmt
+from bench.report import fmt, reward_check
 from bench.report.load import Run, Suite
 from bench.results import METRIC_NAMES
 
@@ -280,8 +279,8 @@ def overoptimisation_table(suite: Suite) -> fmt.Table:
              "Reward model.",
              f"Flagged only when the proxy rose and the verifier's reward fell each by more than "
              f"{monitors.NOISE_SE:g} standard errors of the change (from the spread of the points in each "
-             f"window); a reward model whose held-out pair accuracy interval contains 50% is called uninformative "
-             f"instead: with no signal to over-optimise, PPO optimised noise."]
+             f"window); when the reward model did not learn (its held-out pair accuracy not shown above chance and "
+             f"its untrained head, bench.report.reward_check) the line says that instead of over-optimisation."]
     return fmt.Table(header, rows, notes, warnings)
 
 
@@ -289,45 +288,27 @@ def _se(a: float | None, b: float | None) -> float:
     return ((a or 0.0) ** 2 + (b or 0.0) ** 2) ** 0.5
 
 
-# --- the reward model's signal: its held-out pair accuracy (also bench.report.tables' reward-model table) -------
-REWARD_STAGE = "reward_model"
-CHANCE = 0.5
-"""A reward model that ranks held-out (chosen, rejected) pairs no better than a coin gives PPO no signal."""
+# --- the reward model's signal: its held-out pair accuracy (bench.report.reward_check) -------------------------
+REWARD_STAGE = reward_check.REWARD_STAGE
+CHANCE = reward_check.CHANCE
 
 
 def reward_model_check(suite: Suite) -> dict[str, Any] | None:
-    """The reward-model stage's held-out pair accuracy with n and a 95% Wilson interval, or None without one.
-
-    Reads ``metrics.heldout_pairs`` and ``metrics.heldout_pair_accuracy`` (baselines/reward_model.py). The
-    correct count is rounded from accuracy x n (the stage records the share, and n pairs make it a multiple of
-    1/n). ``chance_inside``: the interval contains 50%, i.e. the data cannot tell the model from a coin.
-    """
-    run = next((r for r in suite.stages if r.status == "ok" and (r.result.get("method") == REWARD_STAGE
-                                                                   or r.run_id.startswith(REWARD_STAGE))), None)
-    if run is None:
-        return None
-    metrics = run.result.get("metrics") or {}
-    n, acc = fmt.num(metrics.get("heldout_pairs")), fmt.num(metrics.get("heldout_pair_accuracy"))
-    if n is None or acc is None or n <= 0 or not 0 <= acc <= 1:
-        return None
-    n = int(n)
-    correct = round(acc * n)
-    low, high = wilson_interval(correct, n)
-    untrained = fmt.num(metrics.get("heldout_pair_accuracy_untrained"))
-    return {"run_id": run.run_id, "label": run.label, "n": n, "correct": correct, "accuracy": acc, "low": low,
-            "high": high, "untrained": untrained, "chance_inside": low <= CHANCE <= high}
+    """The reward-model stage's held-out check (:func:`bench.report.reward_check.reward_model_check`)."""
+    return reward_check.reward_model_check(suite.runs)
 
 
 def reward_model_at_chance(suite: Suite) -> dict[str, Any] | None:
-    """The reward model's held-out check (:func:`reward_model_check`) when its interval contains 50%."""
+    """The reward model's held-out check when it did not learn (interval at or below chance, or not above its
+    untrained head), else None."""
     check = reward_model_check(suite)
-    return check if check is not None and check["chance_inside"] else None
+    return check if check is not None and not check["learned"] else None
 
 
 def _overoptimisation_line(name: str, proxy: tuple[float, float | None] | None,
                            true: tuple[float, float | None] | None, chance: dict[str, Any] | None) -> str | None:
     """The warning for one PPO run: over-optimisation only when the reward-model score rose and the verifier's
-    reward fell, each beyond its noise; 'uninformative' when the reward model ranks held-out pairs at chance."""
+    reward fell, each beyond its noise; said otherwise when the reward model did not learn (``chance``)."""
     if proxy is None or true is None:
         return None
     (rose, rose_noise), (fell, fell_noise) = proxy, true
@@ -339,7 +320,6 @@ def _overoptimisation_line(name: str, proxy: tuple[float, float | None] | None,
              f"reward fell ({100 * fell:+.1f} pp, noise ±{100 * fell_noise:.1f} pp), first to last fifth of "
              f"training")
     if chance is not None:
-        return (f"{name}: the reward model is uninformative (pair accuracy at chance: {fmt.pct(chance['accuracy'])} "
-                f"[{100 * chance['low']:.1f}, {100 * chance['high']:.1f}] on {chance['n']:,} held-out pairs); PPO "
-                f"optimised noise: {moved}.")
+        return (f"{name}: its reward model did not learn ({reward_check.interval_text(chance)}), so this is not "
+                f"over-optimisation of a learned reward: {moved}.")
     return f"{name}: reward over-optimisation: {moved}."

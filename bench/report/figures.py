@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import hsv_to_rgb, to_hex
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from bench.report import dynamics, fmt, tables
+from bench.report import dynamics, fmt, reward_check, tables
 from bench.report import phases as phase_times
 from bench.report.load import Suite
 from bench.report.records import FigureInfo, Run
@@ -57,18 +59,39 @@ OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "
 CONTROL_COLOR = "#888888"
 CONTROL_METHOD = "control"
 NOISE_FLOOR = "noise floor (lr 0)"
+SOURCE_WORDS = {"cpu-rss": "resident set of the worker processes, not VRAM",
+                "cuda-allocated": "PyTorch allocated GPU memory", "cuda-reserved": "PyTorch reserved GPU memory",
+                "nvml-process": "GPU memory of the process tree", "nvml-device": "GPU memory of the whole device"}
+"""What a measured memory source is, in a chart title (a CPU's resident set is never called VRAM)."""
 PHASE_COLORS = ("#08306b", "#2171b5", "#6baed6", "#9ecae1", "#fdae6b", "#e6550d", "#a63603", "#cccccc")
 """Phases (not methods) in a sequential blue-to-orange ramp, so they never read as a method's colour."""
 
 
+TOL_MUTED = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499")
+"""Paul Tol's muted palette, also colour-blind-safe: the colours after Okabe–Ito's eight."""
+
+
+def _extra_color(i: int) -> str:
+    """The ``i``-th colour past both palettes: hues a golden-ratio turn apart, so no two methods ever share one."""
+    return to_hex(hsv_to_rgb(((0.13 + 0.618034 * i) % 1.0, 0.75, 0.8)))
+
+
 def method_colors(suite: Suite) -> dict[str, str]:
-    """Label -> colour, in the suite's method order: the same method has the same colour in every figure."""
+    """Label -> colour, in the suite's method order: the same method has the same colour in every figure, and
+    no two methods share one (Okabe–Ito, then Tol's muted palette, then distinct hues; the control grey)."""
     colors: dict[str, str] = {}
-    palette = iter(OKABE_ITO)
+    palette = iter(OKABE_ITO + TOL_MUTED)
+    extra = 0
     for run in suite.methods:
         if run.label in colors:
             continue
-        colors[run.label] = CONTROL_COLOR if run.result.get("method") == CONTROL_METHOD else next(palette, "#777777")
+        if run.result.get("method") == CONTROL_METHOD:
+            colors[run.label] = CONTROL_COLOR
+            continue
+        color = next(palette, None)
+        if color is None:
+            color, extra = _extra_color(extra), extra + 1
+        colors[run.label] = color
     return colors
 
 
@@ -142,7 +165,7 @@ def accuracy_figure(suite: Suite, out_dir: Path, mode: str | None = None) -> Fig
             # A failed run keeps its 'before' bar; say why the 'after' bar is missing rather than leave a gap.
             ax.text(i + width / 2, 1, fmt.status_text(run) if run.status != "ok" else "not evaluated",
                     rotation=90, ha="center", va="bottom", fontsize=8, color="#a33")
-    ax.set_title(f"Accuracy before / after ({mode}), 95% intervals")
+    ax.set_title(f"Accuracy before / after training (%, scoring mode {mode}), 95% intervals")
     handles = [Patch(facecolor="#777777", alpha=0.35, label="before (light)"),
                Patch(facecolor="#777777", label="after (solid)")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -204,7 +227,8 @@ def _draw_static(ax: Any, runs: list[Run], names: dict[str, str], colors: dict[s
     ax.set_xticks(range(len(runs)), [names[r.run_id] for r in runs], rotation=20, ha="right")
     _color_ticks(ax, runs, colors)
     ax.set_ylabel(f"static memory (accounting, {unit})")
-    ax.set_title("Static: weights + gradients + optimizer per network")
+    ax.set_title(f"Static memory per network: weights + gradients + optimizer state ({unit}, source: accounting, "
+                 f"not measured)")
     handles = [Patch(facecolor="#999999", hatch=h, edgecolor="white", label=lbl) for _, lbl, h in COMPONENTS]
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
@@ -243,7 +267,8 @@ def _draw_measured(ax: Any, runs: list[Run], names: dict[str, str], source: str,
     ax.set_xticks(range(len(phases)), phases)
     ax.set_xlabel("phase")
     ax.set_ylabel(f"peak memory ({source}, {unit})")
-    ax.set_title(f"Measured peak per phase ({source})")
+    ax.set_title(f"Measured peak memory per phase and whole run ({unit}, source: {source}"
+                 f"{', ' + SOURCE_WORDS[source] if source in SOURCE_WORDS else ''})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     return True
@@ -281,7 +306,9 @@ def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
             axes[0][0].set_visible(False)
         if not _draw_measured(axes[-1][0], members, names, source, colors):
             continue  # every reading of this source was null: nothing honest to draw
-        fig.suptitle(f"Peak memory per method — measured source: {source}")
+        # The title names both quantities drawn: the accounting is not a peak, and the peak is one source's.
+        fig.suptitle(f"Memory per method run: static accounting (top) and measured peak, source {source} (bottom)"
+                     if drawn_static else f"Measured peak memory per method run, source {source}")
         name = _save(fig, out_dir, f"memory_{_slug(source)}.png")
         caption = (f"Memory, source {source}: static accounting per network (top) and measured peak per phase "
                    f"(bottom, {source} only)." if drawn_static else f"Measured peak memory per phase, source {source}.")
@@ -290,6 +317,7 @@ def memory_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     if static_only:
         fig, axes = _new(max(5.0, 1.3 * len(static_only) + 2), 4.5)
         if _draw_static(axes[0][0], static_only, names, colors):
+            fig.suptitle("Static memory per method run (accounting; no measured reading)")
             name = _save(fig, out_dir, "memory_static.png")
             out.append(FigureInfo(name, "Static memory accounting for runs without a measured reading."))
     return out
@@ -377,12 +405,34 @@ def _seed_band(series: list[list[tuple[float, float]]]) -> tuple[list[float], li
     return steps, mean, low, high
 
 
+SEED_STYLES = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))
+"""Line styles of a method's seeds, in seed order: seeds differ by style, never by colour (a faint or blended tint
+of one method's colour reads as another method's). A method's mean, or its only run, is the solid line."""
+
+
+def seed_styles(suite: Suite) -> dict[Any, Any]:
+    """Seed -> its line style (:data:`SEED_STYLES`), the same in every figure; seeds in numeric order."""
+    seeds = sorted({r.result.get("seed") for r in suite.methods if r.result.get("seed") is not None},
+                   key=lambda seed: (len(str(seed)), str(seed)))
+    return {seed: SEED_STYLES[i % len(SEED_STYLES)] for i, seed in enumerate(seeds)}
+
+
+def _seed_legend(ax: Any, styles: dict[Any, Any], drawn: set[Any], fontsize: float = 7, **where: Any) -> None:
+    """The axes' legend: its labelled lines (one per method), then one grey entry per seed style drawn."""
+    handles, labels = ax.get_legend_handles_labels()
+    for seed in (s for s in styles if s in drawn):
+        handles.append(Line2D([], [], color="#444444", linestyle=styles[seed], linewidth=1.0))
+        labels.append(f"seed {seed}")
+    ax.legend(handles, labels, fontsize=fontsize, **where)
+
+
 def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     """Training curves against optimizer step: reward, KL (when logged) and other stable metrics present.
 
-    A method with 2+ ok seeds is drawn as its mean over seeds (its colour) at the steps every seed logged, a
-    shaded band (± one sample sd for 3+ seeds, min–max for 2) and its per-seed curves faint behind; a method with
-    one seed keeps a single line. No smoothing is applied."""
+    One colour per method, the lr-0 control grey. A method with 2+ ok seeds is drawn as its mean over seeds (solid)
+    at the steps every seed logged, a hatched band (± one sample sd for 3+ seeds, min–max for 2) in its colour, and
+    each seed as a thin line in the same colour, one line style per seed (:func:`seed_styles`); a method with one
+    run keeps a single solid line. No smoothing is applied."""
     names = fmt.display_names(suite.methods)
     runs = [r for r in suite.methods if r.result.get("curves")]
     present = [m for m in CURVE_METRICS
@@ -391,7 +441,7 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
         return None
     ncols = 2 if len(present) > 1 else 1
     nrows = (len(present) + ncols - 1) // ncols
-    colors = method_colors(suite)
+    colors, styles = method_colors(suite), seed_styles(suite)
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(run.label, []).append(run)
@@ -399,52 +449,57 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     fig, axes = _new(5.0 * ncols + 1, 3.3 * nrows, ncols=ncols, nrows=nrows)
     flat = [ax for row in axes for ax in row]
     for ax, metric in zip(flat, present):
+        drawn: set[Any] = set()  # seeds drawn in their own style: the legend explains those styles
         for label, members in groups.items():
+            color = colors[label]
             ok = [(r, _series(r, metric)) for r in members if r.status == "ok"]
             ok = [(r, pts) for r, pts in ok if pts]
             steps, mean, low, high = _seed_band([pts for _, pts in ok]) if len(ok) >= 2 else ([], [], [], [])
             averaged = {r.run_id for r, _ in ok} if steps else set()
-            single = [r for r in members if r.run_id not in averaged]
-            for run in single:  # one seed (or runs outside the mean): one line per run, as before
+            for run in (r for r in members if r.run_id not in averaged):  # one run, or runs outside the mean
                 pts = _series(run, metric)
                 if not pts:
                     continue
-                control = run.result.get("method") == CONTROL_METHOD
+                seed = run.result.get("seed")
+                style = styles.get(seed, "-") if len(members) > 1 else "-"
+                drawn |= {seed} if style != "-" else set()
                 # The lr-0 control's reward wanders by chance alone: drawn as the noise floor the others must clear.
+                control = run.result.get("method") == CONTROL_METHOD
                 name = NOISE_FLOOR if control and metric == "reward" else names[run.run_id]
                 ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 and not control else None,
-                        color=colors[run.label], linestyle="--" if control else "-", linewidth=2.0 if control else 1.5,
-                        label=name, zorder=1 if control else 2)
+                        color=color, linestyle=style, linewidth=1.5, label=name, zorder=1 if control else 2)
             if not steps:
                 continue
-            control = any(r.result.get("method") == CONTROL_METHOD for r, _ in ok)
-            color = colors[label]
-            for _, pts in ok:  # the raw seeds, faint and thin, behind the mean
-                ax.plot([s for s, _ in pts], [v for _, v in pts], color=color, alpha=0.25, linewidth=0.8,
-                        linestyle="--" if control else "-", label="_nolegend_", zorder=0)
-            ax.fill_between(steps, low, high, color=color, alpha=0.18, linewidth=0, zorder=0.5)
+            for run, pts in ok:  # each seed thin, in the method's colour and the seed's line style
+                drawn.add(run.result.get("seed"))
+                ax.plot([s for s, _ in pts], [v for _, v in pts], color=color, linewidth=0.8,
+                        linestyle=styles.get(run.result.get("seed"), ":"), label="_nolegend_", zorder=0)
+            # Hatched, not filled: overlapping translucent fills blend into a tint that reads as another method.
+            ax.fill_between(steps, low, high, facecolor="none", edgecolor=color, hatch="//", linewidth=0,
+                            alpha=0.5, zorder=0.5)
             bands.add("sd" if len(ok) >= 3 else "minmax")
-            n = f" (mean of {len(ok)} seeds)"
-            name = (NOISE_FLOOR if control and metric == "reward" else label) + n
+            control = any(r.result.get("method") == CONTROL_METHOD for r, _ in ok)
+            name = (NOISE_FLOOR if control and metric == "reward" else label) + f" (mean of {len(ok)} seeds)"
             ax.plot(steps, mean, marker="." if len(steps) < 30 and not control else None, color=color,
-                    linestyle="--" if control else "-", linewidth=2.0 if control else 1.5, label=name,
-                    zorder=1 if control else 2)
+                    linestyle="-", linewidth=2.0, label=name, zorder=1 if control else 2)
         ax.set_xlabel("optimizer step (count)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 1.5 ticks
         ax.set_ylabel(_axis_label(metric), fontsize=8)
-        ax.set_title(metric)
+        ax.set_title(f"{_axis_label(metric)}, logged per training step", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _seed_legend(ax, styles, drawn)
     for ax in flat[len(present):]:
         ax.set_visible(False)
     name = _save(fig, out_dir, "curves.png")
-    caption = "Training curves against optimizer step (" + ", ".join(present) + "); no smoothing."
+    caption = ("Training curves against optimizer step (" + ", ".join(present) + "), as logged at each training "
+               "step's rollouts; no smoothing. One colour per method (the lr-0 control grey).")
     if bands:
         kinds = [k for k in ("± one sample standard deviation over seeds (3+ seeds)" if "sd" in bands else "",
                              "min–max over seeds (2 seeds)" if "minmax" in bands else "") if k]
-        caption += (" A method with 2+ ok seeds is drawn as its mean over seeds (solid, its colour; the lr-0 control "
-                    "dashed grey) at the steps every seed logged, with a shaded band: " + " or ".join(kinds)
-                    + "; its per-seed curves are faint behind. A method with one seed is a single line.")
+        caption += (" A method with 2+ ok seeds is drawn as its mean over seeds (thick solid) at the steps every seed "
+                    "logged, with a hatched band: " + " or ".join(kinds) + "; each seed is a thin line in the "
+                    "method's colour, one line style per seed (see the legend). A method with one seed is a single "
+                    "solid line.")
     return FigureInfo(name, caption)
 
 
@@ -464,24 +519,28 @@ def _series(run: Run, metric: str) -> list[tuple[float, float]]:
 def _draw_panels(axes: Any, runs: list[Run], panels: list[tuple[str, float, str]],
                  suite: Suite) -> None:
     """One panel per (metric, scale, y label) stacked over a shared step axis; one line per run in its method's
-    colour, one legend entry per method (the lr-0 control dashed grey: its curve is the noise floor)."""
-    colors = method_colors(suite)
+    colour (the lr-0 control grey), one legend entry per method. A method with several seeds draws each seed in
+    that colour with the seed's line style (:func:`seed_styles`), which the legend lists."""
+    colors, styles = method_colors(suite), seed_styles(suite)
+    per_label = {label: sum(r.label == label for r in runs) for label in {r.label for r in runs}}
+    drawn: set[Any] = set()
     for ax, (metric, scale, ylabel) in zip(axes[:, 0], panels):
         named: set[str] = set()
         for run in runs:
             pts = _series(run, metric)
             if not pts:
                 continue
-            control = run.result.get("method") == CONTROL_METHOD
+            seed = run.result.get("seed")
+            style = styles.get(seed, "-") if per_label[run.label] > 1 else "-"
+            drawn |= {seed} if per_label[run.label] > 1 else set()
             # Seeds of a method share its colour and one legend entry: 3 seeds x 6 methods stay a short legend.
             label = "_nolegend_" if run.label in named else run.label
             named.add(run.label)
             ax.plot([s for s, _ in pts], [scale * v for _, v in pts], color=colors[run.label],
-                    linestyle="--" if control else "-", linewidth=1.6, label=label,
-                    marker="." if len(pts) < 30 else None)
+                    linestyle=style, linewidth=1.6, label=label, marker="." if len(pts) < 30 else None)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _seed_legend(axes[0][0], styles, drawn, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for ax in axes[:-1, 0]:
         ax.tick_params(labelbottom=False)  # the step axis is shared: its numbers once, under the last panel
     axes[-1][0].set_xlabel("optimizer step (count)")
@@ -499,12 +558,13 @@ def aha_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
         ax.sharex(axes[0][0])
     _draw_panels(axes, runs, [("reflection_rate", 100.0, "completions with a reflection phrase (%)"),
                                    ("completion_length", 1.0, "completion length (tokens)")], suite)
-    axes[0][0].set_title("The 'aha' monitor: reflection phrases and completion length during training")
+    axes[0][0].set_title("The 'aha' monitor, logged per training step: completions with a reflection phrase (%) "
+                         "and completion length (tokens)", fontsize=9)
     name = _save(fig, out_dir, "aha.png")
     return FigureInfo(name, "Reflection-phrase rate ('wait', 'let me check', 'verify', ...; bench.telemetry.monitors) and "
-                            "mean completion length per logged step, one line per run (seeds of a method share its "
-                            "colour); the lr-0 control dashed. A "
-                            "rise in both together is the 'aha moment' the seed texts describe.")
+                            "mean completion length per logged step, one line per run: one colour per method (the "
+                            "lr-0 control grey), one line style per seed. A rise in both together is the 'aha "
+                            "moment' the seed texts describe.")
 
 
 def _reward_model_note(suite: Suite) -> str:
@@ -626,13 +686,61 @@ def overoptimisation_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     for ax in axes[1:, 0]:
         ax.sharex(axes[0][0])
     _draw_panels(axes, runs, panels, suite)
-    axes[0][0].set_title("Reward over-optimisation per step: the proxy PPO optimised vs the verifier's reward")
+    axes[0][0].set_title("Reward over-optimisation per training step: reward-model score (logit) vs the verifier's "
+                         "accuracy reward (%)", fontsize=9)
     note = _reward_model_note(suite)
     name = _save(fig, out_dir, "overoptimisation.png")
     return FigureInfo(name, "PPO (reward model): reward-model score and the verifier's accuracy reward on the same "
                             "rollouts per step" + (", and KL to the reference" if len(panels) > 2 else "")
                       + "; a rising score with a falling verifier reward is reward over-optimisation."
                       + (f" The {note}." if note else ""))
+
+
+def reward_model_points(suite: Suite) -> list[tuple[int, float, float | None]]:
+    """(step, held-out pair accuracy, training pair accuracy or None) of the reward-model stage's curve, in step
+    order; step 0 is the untrained head. [] without the stage or its curve (results before issue 31)."""
+    run = next((r for r in suite.stages if r.status == "ok" and r.result.get("method") == reward_check.REWARD_STAGE),
+               None)
+    out = []
+    for point in (run.result.get("curves") or []) if run else []:
+        if not isinstance(point, dict):
+            continue
+        step, heldout = fmt.num(point.get("step")), fmt.num(point.get("heldout_pair_accuracy"))
+        if step is not None and heldout is not None:
+            out.append((int(step), heldout, fmt.num(point.get("train_pair_accuracy"))))
+    return sorted(out)
+
+
+def reward_model_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
+    """Held-out and training pair accuracy (%) over the reward-model stage's optimizer steps, from its untrained
+    head (step 0), with 50% (chance) and the final held-out 95% Wilson interval marked."""
+    points = reward_model_points(suite)
+    check = reward_check.reward_model_check(suite.runs)
+    if len(points) < 2 or check is None:
+        return None
+    fig, axes = _new(6.5, 3.8)
+    ax = axes[0][0]
+    steps = [p[0] for p in points]
+    ax.plot(steps, [100 * p[1] for p in points], marker="o", color="#1f77b4",
+            label=f"held-out pairs (n = {check['n']:,}, one per held-out question)")
+    train = [(p[0], 100 * p[2]) for p in points if p[2] is not None]
+    if train:
+        ax.plot(*zip(*train), marker="s", linestyle="--", color="#ff7f0e", label="training pairs (as many, one per "
+                                                                              "training question)")
+    ax.errorbar([steps[-1]], [100 * check["accuracy"]], yerr=[[100 * (check["accuracy"] - check["low"])],
+                [100 * (check["high"] - check["accuracy"])]], color="#1f77b4", capsize=4, linestyle="none")
+    ax.axhline(100 * reward_check.CHANCE, color="grey", linestyle=":", label="chance (50%)")
+    ax.set_xlabel("reward-model optimizer step (0 = untrained head)")
+    ax.set_ylabel("pairs ranked right (%)")
+    ax.set_title("Reward model: pair accuracy (%) over its training steps", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    name = _save(fig, out_dir, "reward_model.png")
+    verdict = "learned" if check["learned"] else "did not learn"
+    return FigureInfo(name, f"The reward model's pair accuracy over its training steps: held-out pairs (no question "
+                            f"shared with training) and as many training pairs, from the untrained head at step 0; "
+                            f"the bar is the final held-out 95% Wilson interval, {reward_check.interval_text(check)}. "
+                            f"A training curve that rises while the held-out one stays flat is over-fitting. Verdict: "
+                            f"it {verdict} (lower bound above 50% and above the untrained head).")
 
 
 def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
@@ -647,6 +755,7 @@ def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
         aha_figure(suite, out_dir),
         overoptimisation_kl_figure(suite, out_dir),  # the classic figure first; the per-step one says when
         overoptimisation_figure(suite, out_dir),
+        reward_model_figure(suite, out_dir),
     ]
     from bench.report.scaling import scaling_figures
 

@@ -6,7 +6,8 @@ when its Holm-adjusted McNemar p-value is below :data:`ALPHA`, otherwise it read
 is never written without a measurement behind it: a method with no reading simply contributes none.
 
 The measurement helpers here (static bytes per method, accuracy in the headline mode) are shared with the
-claims check (bench.report.claims), so a claim's verdict and the finding beside it read the same number.
+claims check (bench.report.claims), so a claim's verdict and the finding beside it read the same number; and
+which headline cell is bold (:func:`best_labels`) is decided here, by the same tests the findings word.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ def _paired_findings(suite: Suite) -> list[Finding]:
     tests = paired_with_holm(suite)
     significant = [t for t in tests if t["p_holm"] is not None and t["p_holm"] < ALPHA]
     out = []
-    for t in sorted(significant, key=lambda t: t["p_holm"])[:MAX_PAIR_FINDINGS]:
+    # Listed by the size of the difference, which is what "the largest" below says (not by p-value).
+    for t in sorted(significant, key=lambda t: -abs(t["diff"]))[:MAX_PAIR_FINDINGS]:
         out.append(Finding(
             f"{t['a']} vs {t['b']} (seed {t['seed']}): {100 * t['diff']:+.1f} pp "
             f"[{100 * t['diff_low']:+.1f}, {100 * t['diff_high']:+.1f}],"
@@ -227,9 +229,11 @@ def _paired_findings(suite: Suite) -> list[Finding]:
     quiet = [t for t in tests if t not in significant]
     summary = (f"Of {len(tests)} per-seed comparison{'s' if len(tests) != 1 else ''} ({tables.family_text(tests)}), "
                f"{len(significant)} differ significantly")
-    summary += f" (the largest {len(out)} above)" if out and len(significant) > len(out) else ""
-    basis = (f"{headline_mode(suite)}, {tables.tests_used(tests)}, Holm-adjusted over {len(tests)} comparisons, "
-             f"α = {ALPHA}; every comparison under Paired tests")
+    summary += (f" (the {len(out)} largest differences, by absolute size, above)" if out and len(significant) > len(out)
+                else "")
+    family = f' (family "{tests[0]["family"]}")' if tests else ""
+    basis = (f"{headline_mode(suite)}, {tables.tests_used(tests)}, Holm-adjusted over {len(tests)} comparisons"
+             f"{family}, α = {ALPHA}; every comparison under Paired tests")
     if quiet:
         t = max(quiet, key=lambda t: abs(t["diff"]))
         p = p_equals(t["p_holm"]) if t["p_holm"] is not None else "p n/a"
@@ -270,7 +274,8 @@ def _seed_findings(suite: Suite) -> list[Finding]:
         ci = "" if t.get("low") is None else f" [{100 * t['low']:+.1f}, {100 * t['high']:+.1f}]"
         out.append(Finding(f"Over seeds, {t['a']} vs {t['b']}: {100 * t['mean_diff']:+.1f} pp{ci}, {verdict}",
                            f"{headline_mode(suite)}, paired t-test over {len(t['seeds'])} seeds, Holm-adjusted "
-                           f"{p_equals(t['p_holm'])} over {len(tests)} pairs; 95% t interval"))
+                           f"{p_equals(t['p_holm'])} in the family \"{t['family']}\" of {t['family_size']} "
+                           f"test{'s' if t['family_size'] != 1 else ''}; 95% t interval"))
     shown = sorted(tests, key=lambda t: -abs(t["mean_diff"]))[:MAX_PAIR_FINDINGS]
     quiet = [t for t in tests if t["p_holm"] >= ALPHA]
     unshown = [t for t in quiet if t not in shown]
@@ -304,23 +309,160 @@ def _start_findings(suite: Suite) -> list[Finding]:
     return [Finding("Against the starting checkpoint, " + "; ".join(p for p in parts if p),
                     f"{headline_mode(suite)}, {tables.tests_used(tests)} on the same "
                     f"{fmt.n_text(tests[0]['n'], tests[0]['clusters'], tests[0]['unit'])}, Holm-adjusted over "
-                    f"{len(tests)} run{'s' if len(tests) != 1 else ''}, α = {ALPHA}")]
+                    f"{len(tests)} run{'s' if len(tests) != 1 else ''} (family \"{tests[0]['family']}\"), "
+                    f"α = {ALPHA}")]
+
+
+SPEED_REFERENCES = ("grpo", "grpo_engine")
+"""Method keys of the run every generation rate is compared with, in order of preference: GRPO (TRL), else the suite
+engine's GRPO; without either, the first method with a rate. A named reference, not the fastest against the
+slowest: a ratio of extremes grows with every method added and says nothing about any one of them."""
+RATES = {"training": ("Completions per second of training", "throughput.completions / train_s: every phase of a "
+                                                               "step (generation, reward, critic, update)"),
+         "generation": ("Completions per second of the generation phase", "throughput.completions / "
+                                                                            "phases.generation.time_s: decoding "
+                                                                            "alone")}
+"""The two generation rates the findings quote: (what the number is, how it is computed)."""
+
+
+def contestants(suite: Suite) -> dict[str, list[Run]]:
+    """Label -> ok method runs, the control arm left out: it runs GRPO's loop at lr 0 as a pipeline check, so it
+    is never ranked, compared for speed or marked best."""
+    groups: dict[str, list[Run]] = {}
+    for run in ok_methods(suite):
+        if not fmt.is_control(run):
+            groups.setdefault(run.label, []).append(run)
+    return groups
+
+
+def _mean(values: list[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def generation_rates(suite: Suite) -> dict[str, dict[str, float]]:
+    """Quantity ("training", "generation") -> label -> completions per second (1/s), the mean over the label's ok
+    seeds, for contestants that generated while training; labels in suite order."""
+    out: dict[str, dict[str, float]] = {"training": {}, "generation": {}}
+    for label, runs in contestants(suite).items():
+        for key, value in (("training", _mean([fmt.throughput(r, "completions_per_s") for r in runs])),
+                           ("generation", _mean([throughput.generation_rate(r) for r in runs]))):
+            if value:
+                out[key][label] = value
+    return out
+
+
+def speed_reference(suite: Suite, labels: list[str]) -> str | None:
+    """The label of :data:`SPEED_REFERENCES`' first method among ``labels``, else the first of ``labels``."""
+    by_method = {r.result.get("method"): r.label for r in ok_methods(suite) if r.label in labels}
+    return next((by_method[m] for m in SPEED_REFERENCES if m in by_method), labels[0] if labels else None)
 
 
 def _speed_findings(suite: Suite) -> list[Finding]:
-    """Fastest vs slowest online method by completions per second of training time."""
-    names = fmt.display_names(suite.methods)
-    rates = [(names[r.run_id], fmt.throughput(r, "completions_per_s")) for r in ok_methods(suite)
-             if r.result.get("method") != "control"]  # the lr-0 control runs GRPO's loop: not a contestant
-    rates = [(n, v) for n, v in rates if v]
-    if len(rates) < 2:
-        return []
-    (lo_name, lo), (hi_name, hi) = min(rates, key=lambda x: x[1]), max(rates, key=lambda x: x[1])
+    """Completions per second of training and per second of the generation phase, each method against one named
+    reference (:func:`speed_reference`); the lr-0 control runs GRPO's loop and is no contestant."""
     parallel, device = throughput.concurrency(suite)
     caveat = ("" if parallel == 1 else "; runs ran side by side, each on its own GPU" if device == "cuda"
               else "; runs shared the machine, so approximate")
-    return [Finding(f"Generation throughput: {hi_name} {hi:,.1f} completions/s, {hi / lo:.2f}× {lo_name} "
-                    f"({lo:,.1f})", f"one run each, per second of training time{caveat}")]
+    several = any(len(runs) > 1 for runs in contestants(suite).values())
+    over = "mean over each method's ok seeds" if several else "one run each"
+    out = []
+    for key, rates in generation_rates(suite).items():
+        ref = speed_reference(suite, list(rates))
+        if ref is None or len(rates) < 2:
+            continue
+        others = "; ".join(f"{label} {rate:,.1f} ({rate / rates[ref]:.2f}×)" for label, rate in rates.items()
+                           if label != ref)
+        what, how = RATES[key]
+        out.append(Finding(f"{what}: {ref} {rates[ref]:,.1f} (the reference); {others}",
+                           f"{how}; × is each method's rate over {ref}'s; {over}{caveat}"))
+    return out
+
+
+def best_labels(suite: Suite) -> dict[str, str]:
+    """Quantity -> the one contestant a test separates from every other contestant on it (the headline's bold).
+
+    Quantities: "static" (bytes, exact accounting: a strict minimum needs no test), "peak" (bytes, readings of the
+    most common source only), "step" (s), "tokens" and "completions" (per second of training), "accuracy" (headline
+    mode). Contestants are the ok methods without the control arm; step time and rates compare only methods that
+    generate while training (an offline method's step holds no generation). A measured quantity is separated by
+    Welch's t-test over seeds against each other contestant, p < :data:`ALPHA` (one seed: no test, no mark);
+    accuracy by the seed-level t-test, else every same-seed McNemar test, Holm-adjusted, p < :data:`ALPHA`. The best
+    must beat every other contestant (an intersection-union test), so these tests need no further adjustment.
+    """
+    groups = contestants(suite)
+    online = {lbl: runs for lbl, runs in groups.items()
+              if all(fmt.num(r.result.get("throughput", {}).get("completions")) for r in runs)}
+    sources = [r.result.get("memory", {}).get("source") for runs in groups.values() for r in runs]
+    source = max(dict.fromkeys(s for s in sources if s), key=sources.count, default=None)  # first on a tie
+
+    def readings(among: dict[str, list[Run]], value: Any) -> dict[str, list[float]]:
+        found = {lbl: [v for v in map(value, runs) if v is not None] for lbl, runs in among.items()}
+        return {lbl: vs for lbl, vs in found.items() if vs}
+
+    def peak(run: Run) -> float | None:
+        memory = run.result.get("memory", {})
+        return fmt.num(memory.get("peak_bytes")) if memory.get("source") == source else None
+
+    measured = {"peak": (readings(groups, peak), True),
+                "step": (readings(online, lambda r: fmt.throughput(r, "step_s_median")), True),
+                "tokens": (readings(online, lambda r: fmt.throughput(r, "tokens_per_s")), False),
+                "completions": (readings(online, lambda r: fmt.throughput(r, "completions_per_s")), False)}
+    out = {key: label for key, (values, lower) in measured.items()
+           if (label := _welch_best(values, lower)) is not None}
+    static = {lbl: total for lbl, (_, total) in static_by_label(suite).items() if lbl in groups}
+    low = sorted(static.values())
+    if len(low) > 1 and low[0] < low[1]:  # exact counts: a strict minimum is separated, a tie is not
+        out["static"] = min(static, key=static.get)
+    best = _accuracy_best(suite, list(groups))
+    if best is not None:
+        out["accuracy"] = best
+    return out
+
+
+def _welch_best(values: dict[str, list[float]], lower: bool) -> str | None:
+    """The label with the best mean when Welch's t-test separates it from every other label at :data:`ALPHA`."""
+    if len(values) < 2:
+        return None
+    sign = -1.0 if lower else 1.0
+    best = max(values, key=lambda lbl: sign * sum(values[lbl]) / len(values[lbl]))
+    for other in values:
+        test = stats.welch_t_test(values[best], values[other]) if other != best else None
+        if test is not None and (test["p_value"] is None or test["p_value"] >= ALPHA or sign * test["mean_diff"] <= 0):
+            return None
+    return best
+
+
+def _accuracy_best(suite: Suite, labels: list[str]) -> str | None:
+    """The contestant with the highest mean accuracy when the page's tests put it ahead of every other one: the
+    seed-level t-test where the two share seeds and it is defined, else each same-seed McNemar (Holm-adjusted)."""
+    means = {m["label"]: m["mean"] for m in method_means(suite) if m["label"] in labels}
+    if len(means) < 2:
+        return None
+    best = max(means, key=means.get)
+    over_seeds = {frozenset((t["a"], t["b"])): t for t in seeds.seed_tests(suite) if t["p_holm"] is not None}
+    per_seed = paired_with_holm(suite)
+    for other in means:
+        if other == best:
+            continue
+        test = over_seeds.get(frozenset((best, other)))
+        if test is not None:
+            ahead = [(test["mean_diff"] if test["a"] == best else -test["mean_diff"], test["p_holm"])]
+        else:
+            ahead = [(t["diff"] if t["pair"][0] == best else -t["diff"], t["p_holm"]) for t in per_seed
+                     if set(t["pair"]) == {best, other}]
+        if not ahead or not all(diff > 0 and p is not None and p < ALPHA for diff, p in ahead):
+            return None
+    return best
+
+
+BOLD_NOTE = ("Bold marks a value a test separates from every other contestant's (the control arm, a pipeline "
+             "check, is none): accuracy by the seed-level t-test, else the same-seed McNemar tests, Holm-adjusted "
+             f"p < {ALPHA}; peak memory, s/step and rates by Welch's t-test over seeds, p < {ALPHA} against each "
+             "other contestant (one seed: no test, so no bold); static memory, an exact count, when it is strictly "
+             "the lowest. s/step and rates compare only methods that generate while training; peak memory only "
+             "readings of the most common source.")
+"""The headline's note on its bold cells (:func:`best_labels`)."""
 
 
 def _reward_model_findings(suite: Suite) -> list[Finding]:

@@ -287,6 +287,20 @@ def p_value_text(p: float) -> str:
     return "< 1e-300" if p == 0 else f"{p:.3g}"
 
 
+def family_note(tests: list[dict[str, Any]]) -> str:
+    """Each Holm family among ``tests`` by name and size (stats.holm_family's ``family`` and ``family_size``), for
+    the note beside a table of adjusted p-values: 'Holm family "between methods, over seeds": 10 tests; each family
+    is adjusted on its own, and no test is in two families.' A family of one test is said to be one (Holm leaves its p
+    as it is)."""
+    sizes = {t["family"]: t["family_size"] for t in tests if t.get("family")}
+    if not sizes:
+        return ""
+    parts = [f'"{name}": {size} test{"s" if size != 1 else ""}'
+             + (" (a family of one: its adjusted p is its p)" if size == 1 else "") for name, size in sizes.items()]
+    return (f"Holm famil{'ies' if len(parts) > 1 else 'y'} {'; '.join(parts)}; each family is adjusted on its own, "
+            f"and no test is in two families.")
+
+
 def throughput(run: Run, key: str) -> float | None:
     return num(run.result.get("throughput", {}).get(key))
 
@@ -346,6 +360,16 @@ def status_text(run: Run) -> str:
     if run.note:
         return cap_text(run.note)
     return {"not_run": "not run"}.get(run.status, run.status)
+
+
+CONTROL_METHOD = "control"
+"""The lr-0 control arm's method key (tables.CONTROL_METHOD): a check of the pipeline, never a contestant."""
+
+
+def is_control(run: Run) -> bool:
+    """Whether ``run`` is the control arm: it is the start by design, so it is ranked, bolded and tested against
+    nothing as a method would be (tables.control_table checks it on its own)."""
+    return run.result.get("method") == CONTROL_METHOD
 
 
 def display_names(runs: list[Run]) -> dict[str, str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from bench.report import citation, claims, findings, fmt, overview, scaling, summary, tables
+from bench.report import citation, claims, findings, fmt, headline, overview, scaling, summary, tables
 from bench.report import phases as phase_times
 from bench.report.figures import FigureInfo
 from bench.report.load import Suite
@@ -60,6 +60,8 @@ td.verdict-construction { background: #eef2f7; color: #34495e; }
 table.cite th { width: 14rem; }
 table.claims { table-layout: fixed; width: 100%; } table.claims td:first-child { white-space: normal; }
 table.claims col.claim { width: 26%; } table.claims col.source { width: 12%; } table.claims col.how { width: 25%; }
+section.glance { border: 1px solid #888; border-radius: 4px; padding: .2rem 1rem .6rem; background: #f6f8fa; }
+section.glance h2 { margin-top: .6rem; } section.glance li { margin: .25rem 0; }
 table.claims col.measured { width: 27%; } table.claims col.verdict { width: 10%; } code.cmd { word-break: break-all; }
 </style>
 </head>
@@ -87,6 +89,10 @@ table.claims col.measured { width: 27%; } table.claims col.verdict { width: 10%;
 {% if suite.problems %}<ul class="problems">{% for p in suite.problems %}<li>{{ p }}</li>{% endfor %}</ul>{% endif %}
 <nav class="toc">{% for id, title in toc %}<a href="#{{ id }}">{{ title }}</a>
 {%- if not loop.last %} · {% endif %}{% endfor %}</nav>
+
+{% if glance %}<section class="glance" id="at-a-glance"><h2>At a glance</h2>
+<p class="meta">{{ intro("glance") }}</p>
+<ul>{% for line in glance %}<li>{{ line }}</li>{% endfor %}</ul></section>{% endif %}
 
 <h2 id="findings">Findings</h2>
 <p class="meta">{{ intro("findings") }}</p>
@@ -285,7 +291,8 @@ def _toc(detail: dict[str, fmt.Table], figures: list[FigureInfo], has: dict[str,
          extras: list[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     """(anchor, title) of the sections this page has, in page order: a reader jumps instead of scrolling.
     ``extras``: (key, title) of the statistics and training-dynamics tables placed after the paired tests."""
-    sections = [("findings", "Findings", True), ("claims", "Claims check", has["claims"]),
+    sections = [("at-a-glance", "At a glance", has["glance"]), ("findings", "Findings", True),
+                ("claims", "Claims check", has["claims"]),
                 ("headline", "Headline", has["headline"]),
                 ("data_checks", "Data checks", bool(detail["data_checks"])), ("cite", "Cite this run", True),
                 ("results", "Results per run", True), ("seeds", "Across seeds", bool(detail["seeds"])),
@@ -347,7 +354,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
     has = {"paired": bool(paired), "differs": bool(differs_rows), "phases": bool(phase_rows),
            "stages": bool(stages), "samples": bool(samples), "claims": bool(claims_table),
            "headline": bool(headline_table), "phase_share": bool(phase_share), "phase_memory": bool(phase_memory),
-           "scaling": bool(scaling_tables)}
+           "scaling": bool(scaling_tables), "glance": bool(headline.headline_block(suite))}
     return template.render(
         suite=suite,
         title=citation.run_title(suite),
@@ -361,6 +368,7 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         detail=detail,
         intro=summary.intro,
         findings=findings.findings(suite),
+        glance=headline.headline_block(suite),
         claims=claims_table,
         verdict_class=lambda verdict: claims.CSS_CLASS.get(verdict, "not-measured"),
         headline_table=headline_table,

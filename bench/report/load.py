@@ -32,6 +32,7 @@ import pandas as pd
 
 from bench.report import fmt
 from bench.report.records import Run
+from bench.report.reward_check import flag_unlearned
 from bench.results import RESULT_FILE, SCHEMA_VERSION, SUITE_FILE, empty_result, is_run_id, result_problems
 
 RUNS_DIR = "runs"
@@ -161,6 +162,7 @@ def load_suite(suite_dir: Path) -> Suite:
                 planned.append({"id": child.name})
 
     runs = [_load_run(runs_root / p["id"], p, problems) for p in planned]
+    flag_unlearned(runs)  # a method trained against a reward model that did not learn says so in its label
     spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else None
     if not spec:
         # Fall back to the spec a run recorded: every result carries the full resolved spec.

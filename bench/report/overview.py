@@ -2,8 +2,10 @@
 peak memory. Figures illustrate these tables; no number lives only in a picture.
 
 The headline has one row per method (seeds pooled: accuracy is the mean over ok seeds when there are
-several, with every seed listed), marks the best value of each comparable column (``best``: (row, column)
-pairs), and compares peak memory only between runs whose readings share a source.
+several, with every seed listed), marks a column's best value only where a test separates it from every other
+contestant's (``best``: (row, column) pairs; bench.report.findings.best_labels: never the control arm, never
+across methods that generate and methods that do not), and compares peak memory only between runs whose readings
+share a source.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from typing import Any
 from statistics import mean, stdev
 
 from bench.report import datachecks, fmt, tables
-from bench.report.findings import accuracy, headline_mode, network_bytes
+from bench.report.findings import BOLD_NOTE, accuracy, best_labels, headline_mode, network_bytes
 from bench.report.load import Run, Suite
 from bench.results import PHASES
 
 HEADLINE_HEADER = [
     "method", "networks resident", "static memory per network (MiB, accounting)", "peak memory (source)",
     "s/step (median)", "tokens/s", "completions/s", "accuracy before → after (95% CI)",
-    "n questions (independent units)", "seeds",
+    "tuning (grid points on validation)", "n questions (independent units)", "seeds",
     "status",
 ]
 ACCURACY_COLUMN = "accuracy before → after (95% CI)"
@@ -102,10 +104,8 @@ def seeds_note(suite: Suite, halves: list[float]) -> str:
 def headline_table(suite: Suite) -> MarkedTable:
     """One row per method: what it keeps resident, what it costs, how fast, what it buys."""
     rows: list[list[str]] = []
-    values: list[dict[int, float | None]] = []
-    sources: list[str | None] = []
     halves: list[float] = []
-    multi_seed = False
+    multi_seed = one_seed = False
     for label, runs in _groups(suite).items():
         ok = [r for r in runs if r.status == "ok"]
         first = ok[0] if ok else runs[0]
@@ -117,7 +117,7 @@ def headline_table(suite: Suite) -> MarkedTable:
         source = first.result.get("memory", {}).get("source")
         peak = _mean(peaks)
         acc_text, acc, n, half = _accuracy_cell(suite, ok, headline_mode(suite))
-        multi_seed = multi_seed or len(ok) > 1
+        multi_seed, one_seed = multi_seed or len(ok) > 1, one_seed or len(ok) == 1
         halves += [half] if half is not None else []
         step, tokens, comps = (_mean([fmt.throughput(r, k) for r in ok])
                                for k in ("step_s_median", "tokens_per_s", "completions_per_s"))
@@ -129,16 +129,14 @@ def headline_table(suite: Suite) -> MarkedTable:
             fmt.float_text(step, 3, " s"),
             fmt.NO_GENERATION if offline else fmt.float_text(tokens, 1),
             fmt.NO_GENERATION if offline else fmt.float_text(comps, 2),
-            acc_text, n, ", ".join(seeds) or fmt.MISSING,
+            acc_text, _tuning_cell(first), n, ", ".join(seeds) or fmt.MISSING,
             ", ".join(statuses) + (f" ({len(ok)} of {len(runs)} ok)" if len(runs) > 1 else ""),
         ])
-        values.append({2: static, 3: peak, 4: step, 5: tokens, 6: comps, 7: acc})
-        sources.append(source if ok else None)
-    best = _best(values, sources)
+    marked = best_labels(suite)  # only what a test separates from every other contestant
+    best = {(i, col) for col, key in {**LOWER_IS_BETTER, **HIGHER_IS_BETTER}.items()
+            for i, label in enumerate(_groups(suite)) if marked.get(key) == label}
     notes = [f"Accuracy: {headline_mode(suite)} scoring, greedy, on {datachecks.split_text(suite)}; brackets are "
-             f"95% {datachecks.interval_text(suite)}. Bold marks the best value of a column (lowest memory and "
-             "s/step, highest rates and accuracy); peak memory is compared only between readings of the same "
-             "source.",
+             f"95% {datachecks.interval_text(suite)}. {BOLD_NOTE}",
              "Static memory: weights + gradients + optimizer state of each resident network (exact accounting); "
              "peak memory: the highest reading of the whole run from the named source.",
              tuning_note(suite)]
@@ -146,17 +144,79 @@ def headline_table(suite: Suite) -> MarkedTable:
         notes.insert(1, seeds_note(suite, halves))
     if len(rows) < 2:
         best = set()
-    header = [f"accuracy {headline_mode(suite)} before → after (95% CI)" if h == ACCURACY_COLUMN else h
-              for h in HEADLINE_HEADER]  # the column names the mode its numbers use
+    # The column names the mode its numbers use and what its brackets hold: a row over several seeds holds their
+    # mean ± sd, not an interval.
+    held = "95% CI" if not multi_seed else "mean ± sd over seeds" if not one_seed else "95% CI; several seeds: mean ± sd"
+    header = [f"accuracy {headline_mode(suite)} before → after ({held})" if h == ACCURACY_COLUMN else h
+              for h in HEADLINE_HEADER]
     # The reward model's chance-level warning sits beside PPO (reward model)'s row, where its accuracy is read.
     return (MarkedTable(header, rows, notes=notes, warnings=tables.reward_model_warnings(suite), best=best)
             if rows else MarkedTable([], []))
 
 
+def tuning_entry(run: Run, name: str | None = None) -> dict[str, Any] | None:
+    """The run's own entry of ``spec.tuning.methods`` (written by `bench tune`), or ``name``'s (``reward_model``: the
+    reward model it read, tuned on its own held-out pairs), or None when it ran untuned."""
+    tuning = (run.result.get("spec") or {}).get("tuning") or {}
+    entry = ((tuning.get("methods") or {}).get(name or run.result.get("method")) if isinstance(tuning, dict)
+             else None)
+    return entry if isinstance(entry, dict) and entry.get("chosen") is not None else None
+
+
+def grid_points(entry: dict[str, Any]) -> int:
+    """How many grid points a tune scored (bench.execution.tune records "points" as a count, every point's score
+    under "scores"; older entries list the points)."""
+    points = entry.get("points")
+    return points if isinstance(points, int) else len(points or entry.get("scores") or [])
+
+
+def _tuning_cell(run: Run) -> str:
+    """The headline's tuning cell: the grid size beside the validation score it chose, or why there is none."""
+    from bench.config.registry import UNTUNABLE
+
+    if run.result.get("method") in UNTUNABLE:
+        return "never tuned (lr 0 by design)"
+    entry = tuning_entry(run)
+    if entry is None:
+        return "untuned defaults"
+    score = fmt.num((entry.get("score") or {}).get("mean"))
+    return f"{grid_points(entry)} points, validation {fmt.pct(score) if score is not None else fmt.MISSING}"
+
+
+def tuning_effort(suite: Suite) -> dict[str, int]:
+    """Label -> grid points its tune scored (0: untuned defaults), for every tunable method, in suite order."""
+    from bench.config.registry import UNTUNABLE
+
+    out = {}
+    for label, runs in _groups(suite).items():
+        if runs[0].result.get("method") not in UNTUNABLE:
+            entry = tuning_entry(runs[0])
+            out[label] = grid_points(entry) if entry else 0
+    return out
+
+
+def unequal_effort_text(suite: Suite) -> str:
+    """A sentence when the methods were tuned on grids of different sizes (or some not at all), else ''.
+
+    Why: a method given 12 points had more chances at a good setting than one given 3, so a gap between them
+    is partly a gap in tuning effort, not only in the method."""
+    effort = tuning_effort(suite)
+    if len(set(effort.values())) < 2:
+        return ""
+    listed = ", ".join(f"{label} {n if n else 'untuned'}" for label, n in
+                       sorted(effort.items(), key=lambda item: -item[1]))
+    return (f"Unequal tuning effort: grid points per method {listed}. A method tuned on a larger grid had more "
+            f"chances to find good values, so the comparison between methods is at unequal tuning effort.")
+
+
 def tuning_note(suite: Suite) -> str:
     """Which methods run at values tuned on the validation split (``spec.tuning``, written by `bench tune`) and
-    which at untuned defaults, so a reader knows whether each contestant was given its best chance."""
+    which at untuned defaults, so a reader knows whether each contestant was given its best chance; ends with
+    :func:`unequal_effort_text` when the grids differ in size. With a method that read the learned reward model,
+    starts with the reward model's own tune when it had one ("reward model: lr X, epochs Y, held-out pair accuracy
+    Z (k grid points, ...)": chosen first, on its held-out pairs; the methods reading it tuned at it)."""
     from bench.config.registry import UNTUNABLE
+    from bench.report.reward_check import uses_reward_model
 
     tuned: dict[str, str] = {}
     untuned: list[str] = []
@@ -166,25 +226,39 @@ def tuning_note(suite: Suite) -> str:
         if run.result.get("method") in UNTUNABLE:
             by_design.append(label)
             continue
-        tuning = (run.result.get("spec") or {}).get("tuning") or {}
-        entry = (tuning.get("methods") or {}).get(run.result.get("method")) if isinstance(tuning, dict) else None
-        if isinstance(entry, dict) and entry.get("chosen") is not None:
+        entry = tuning_entry(run)
+        if entry is not None:
             score = entry.get("score") or {}
             mean_text = fmt.pct(fmt.num(score.get("mean"))) if fmt.num(score.get("mean")) is not None else fmt.MISSING
-            # bench.execution.tune records "points" as a count and every point's score under "scores".
-            points = entry.get("points")
-            n_points = points if isinstance(points, int) else len(points or entry.get("scores") or [])
             overridden = _overridden(run, entry.get("chosen"))
             ran = (f"; overridden: ran {', '.join(f'{_short(k)} = {v}' for k, v in overridden.items())}, not the "
                    f"tuned value" if overridden else "")
-            tuned[label] = (f"{label}: tuned on validation ({n_points} grid points, "
+            at = ", at the reward model tuned first" if entry.get("tuned_at") else ""
+            tuned[label] = (f"{label}: tuned on validation ({grid_points(entry)} grid points, "
                             f"n = {entry.get('n_questions', fmt.MISSING)}, seeds {entry.get('seeds', fmt.MISSING)}; "
-                            f"chosen {_chosen_text(entry.get('chosen'))}, validation {mean_text}{ran})")
+                            f"chosen {_chosen_text(entry.get('chosen'))}{at}, validation {mean_text}{ran})")
         else:
             untuned.append(label)
+    readers = [runs[0] for runs in _groups(suite).values() if uses_reward_model(runs[0])]
+    stage, reader = next(((e, r) for r in readers for e in [tuning_entry(r, "reward_model")] if e), (None, None))
+    if stage is not None and isinstance(stage.get("chosen"), dict):
+        mean_rm = fmt.num((stage.get("score") or {}).get("mean"))
+        names = {"learning_rate": "lr"}
+        chosen = ", ".join(f"{names.get(str(k).rsplit('.', 1)[-1], str(k).rsplit('.', 1)[-1])} "
+                           f"{f'{v:g}' if isinstance(v, float) else v}" for k, v in stage["chosen"].items())
+        overridden = _overridden(reader, stage["chosen"])
+        ran = (f"; overridden: ran {', '.join(f'{k} = {v}' for k, v in overridden.items())}, not the tuned value"
+               if overridden else "")
+        pairs = stage.get("heldout_pairs", stage.get("n_questions", fmt.MISSING))
+        tuned = {"reward model": (f"reward model: {chosen}, held-out pair accuracy "
+                                  f"{fmt.pct(mean_rm) if mean_rm is not None else fmt.MISSING} ({grid_points(stage)} "
+                                  f"grid points, n = {pairs} held-out pairs, seeds {stage.get('seeds', fmt.MISSING)}"
+                                  f"{ran})"), **tuned}
     parts = list(tuned.values()) + ([f"untuned defaults: {', '.join(untuned)}"] if untuned else [])
     parts += [f"never tuned (learning rate 0 by design): {', '.join(by_design)}"] if by_design else []
-    return "Hyperparameters: " + "; ".join(parts) + " (bench tune picks each method's values on a validation split)."
+    unequal = unequal_effort_text(suite)
+    return ("Hyperparameters: " + "; ".join(parts) + " (bench tune picks each method's values on a validation split)."
+            + (f" {unequal}" if unequal else ""))
 
 
 def _short(key: str) -> str:
@@ -236,21 +310,6 @@ def _overridden(run: Run, chosen: Any) -> dict[str, Any]:
         if ran is not _UNSET and not _same(ran, value):
             out[str(key)] = ran
     return out
-
-
-def _best(values: list[dict[int, float | None]], sources: list[str | None]) -> set[tuple[int, int]]:
-    best = set()
-    for col in (*LOWER_IS_BETTER, *HIGHER_IS_BETTER):
-        candidates = [(i, v[col]) for i, v in enumerate(values) if v[col] is not None]
-        if col == 3:  # peaks of different sources are not comparable: only the most common source competes
-            common = max(set(s for s in sources if s), key=sources.count, default=None)
-            candidates = [(i, x) for i, x in candidates if sources[i] == common]
-        if len(candidates) < 2:
-            continue
-        pick = min if col in LOWER_IS_BETTER else max
-        target = pick(x for _, x in candidates)
-        best |= {(i, col) for i, x in candidates if x == target}
-    return best
 
 
 def _phase_runs(suite: Suite) -> list[Run]:

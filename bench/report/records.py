@@ -25,6 +25,9 @@ class Run:
     their text, sorted by index; None when the file is absent. Read a verdict with :func:`fmt.verdict`."""
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Values the report derives from the verdicts once per run (cluster labels, clustered scores)."""
+    flag: str | None = None
+    """A caveat the label carries wherever the report shows it (bench.report.reward_check: a method trained
+    against a reward model that did not learn); None for none."""
 
     @property
     def kind(self) -> str:
@@ -36,10 +39,11 @@ class Run:
 
     @property
     def label(self) -> str:
-        """The recorded label, as the run's own spec ran it (`label_as_run`)."""
+        """The recorded label, as the run's own spec ran it (`label_as_run`), with its :attr:`flag` in brackets."""
         spec = self.result.get("spec")
-        return label_as_run(self.result.get("method"), str(self.result.get("label") or self.result.get("method")
-                                                            or self.run_id), spec if isinstance(spec, dict) else {})
+        label = label_as_run(self.result.get("method"), str(self.result.get("label") or self.result.get("method")
+                                                             or self.run_id), spec if isinstance(spec, dict) else {})
+        return f"{label} [{self.flag}]" if self.flag else label
 
 
 def label_as_run(method: Any, label: str, spec: dict[str, Any]) -> str:

@@ -164,22 +164,30 @@ def per_seed_table(suite: Suite) -> fmt.Table:
     return fmt.Table(["method"] + [f"seed {s}" for s in seeds] + ["mean ± sd"], rows, [note])
 
 
+BETWEEN_FAMILY = "between methods, over seeds"
+START_FAMILY = "each method against the control arm (its start), over seeds"
+"""The two Holm families of :func:`seed_tests`. The lr-0 control arm equals its start on every question, so a
+method against it is a method against its start, not a contest between methods: it has a family of its own."""
+
+
 def seed_tests(suite: Suite) -> list[dict[str, Any]]:
     """Paired t-tests over seeds between every two methods with at least two ok seeds in common.
 
     Each seed is one pair (A's accuracy after on seed s, B's on seed s; the seed fixes data order and sampling,
-    so same-seed runs are matched). ``p_holm`` is Holm-adjusted over this family (every method pair, one mode).
+    so same-seed runs are matched). ``p_holm`` is Holm-adjusted within its ``family`` (one mode): pairs of
+    contestants in :data:`BETWEEN_FAMILY`, pairs with the control arm in :data:`START_FAMILY`.
     """
     per_label = _ok_accuracy(suite)
+    controls = {r.label for r in suite.methods if fmt.is_control(r)}
     out = []
     for a, b in itertools.combinations(per_label, 2):
         common = sorted(set(per_label[a]) & set(per_label[b]))
-        if len(common) < 2:
+        if len(common) < 2 or (a in controls and b in controls):
             continue
         test = stats.paired_t_test([per_label[a][s] for s in common], [per_label[b][s] for s in common])
-        out.append({"a": a, "b": b, "seeds": common, **test})
-    for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
-        test["p_holm"] = adjusted
+        out.append({"a": a, "b": b, "seeds": common, "control": a in controls or b in controls, **test})
+    stats.holm_family([t for t in out if not t["control"]], BETWEEN_FAMILY)
+    stats.holm_family([t for t in out if t["control"]], START_FAMILY)
     return out
 
 
@@ -195,17 +203,17 @@ def seed_tests_table(suite: Suite) -> fmt.Table:
               else f"[{100 * t['low']:+.1f}, {100 * t['high']:+.1f}] (df {t['df']})")
         undefined = "undefined (zero spread)" if t.get("undefined") == stats.ZERO_SPREAD else fmt.MISSING
         rows.append([t["a"], t["b"], ", ".join(str(s) for s in t["seeds"]), f"{100 * t['mean_diff']:+.1f}{sd} pp", ci,
-                     undefined if t["p_value"] is None else fmt.p_value_text(t["p_value"]),
+                     t["family"], undefined if t["p_value"] is None else fmt.p_value_text(t["p_value"]),
                      undefined if t["p_holm"] is None else fmt.p_value_text(t["p_holm"])])
     notes = [f"Headline mode {fmt.mode_note(suite.headline_mode)}. Paired t-test over seeds: for each seed both "
              f"methods finished, the difference of their accuracies after; t = mean / (sd / √n) with n − 1 degrees of "
              f"freedom, two-sided; the interval is the 95% t interval of the mean difference. With 2–3 seeds the "
              f"test has little power: a large p says the seeds cannot tell the methods apart, not that they are equal.",
-             f"Holm-adjusted p: over the family of the {sum(t['p_value'] is not None for t in tests)} method "
-             f"pair(s) in this table that have a test. 'undefined (zero spread)': every seed gave the same difference "
+             f"Holm-adjusted p: within its family (column 'Holm family'), over the pairs that have a test. "
+             + fmt.family_note(tests) + " 'undefined (zero spread)': every seed gave the same difference "
              f"(e.g. two seed-invariant methods), so the standard error is 0 and the t-test has nothing to judge "
              f"by; such a pair is never called significant.",
              varied_note(suite)]
-    return fmt.Table(["A", "B", "seeds", "A − B: mean ± sd over seeds", "95% CI (t)", "t-test p", "Holm-adjusted p"],
-                     rows, notes)
+    return fmt.Table(["A", "B", "seeds", "A − B: mean ± sd over seeds", "95% CI (t)", "Holm family", "t-test p",
+                      "Holm-adjusted p"], rows, notes)
 

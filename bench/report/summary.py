@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report import citation, claims, findings, fmt, networks, overview, scaling, tables
+from bench.report import citation, claims, findings, fmt, headline, networks, overview, scaling, tables
 from bench.report import phases as phase_times
 from bench.report.load import Suite
 
@@ -112,6 +112,9 @@ def md_table_section(title: str, intro_text: str, table: fmt.Table) -> list[str]
 
 
 INTROS = {
+    "glance": "The lines to quote: the set-up, each method's accuracy over seeds with its interval and its tested "
+              "change from the start, its peak memory with the reading's source, and what PPO's four networks cost "
+              "and bought. Every number is from a table below; the control arm is a pipeline check, not listed.",
     "findings": "What this run measured, generated from its result files: each with its number, uncertainty and "
                 "source. Differences between methods are called significant only when the Holm-adjusted McNemar "
                 "p-value is below 0.05.",
@@ -153,6 +156,14 @@ def extra_detail(detail: dict[str, fmt.Table]) -> list[tuple[str, str, fmt.Table
             if k not in KNOWN_DETAIL and t]
 
 
+def glance_lines(suite: Suite) -> list[str]:
+    """'At a glance': the headline block (bench.report.headline), one bullet a line; nothing without a method."""
+    block = headline.headline_block(suite)
+    if not block:
+        return []
+    return ["## At a glance", "", intro("glance"), ""] + [f"- {_md_cell(line)}" for line in block] + [""]
+
+
 def findings_lines(suite: Suite) -> list[str]:
     found = findings.findings(suite)
     body = [f"{i}. {_md_cell(f.text)} ({_md_cell(f.basis)})" for i, f in enumerate(found, 1)]
@@ -191,6 +202,7 @@ def summary_markdown(suite: Suite) -> str:
     parts = [f"# Benchmark summary: {suite.preset} · {citation.run_title(suite)}", "",
              fmt.cap_text(citation.run_description(suite)), ""]
     parts += [f"> {_md_cell(p)}" for p in suite.problems] + ([""] if suite.problems else [])
+    parts += glance_lines(suite)
     parts += findings_lines(suite)
     parts += md_table_section("Claims check", intro("claims"), claims.claims_table(suite))
     parts += md_table_section("Headline", intro("headline"), overview.headline_table(suite))

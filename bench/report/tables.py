@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.scoring import stats
-from bench.report import anchors, datachecks, dynamics, fmt, networks, ranks, seeds, settings, throughput
+from bench.report import anchors, datachecks, dynamics, fmt, networks, ranks, reward_check, seeds, settings, throughput
 from bench.report.load import Run, Suite, results_frame
 from bench.report.records import label_as_run
 
@@ -191,7 +191,8 @@ def paired_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
     mode): the family a reader scans when looking for "a significant difference somewhere".
     """
     mode = mode or suite.headline_mode
-    ok = [r for r in suite.methods if r.status == "ok" and r.verdicts]
+    # The control arm is its start on every question: control vs X is X vs start, in start_tests' family already.
+    ok = [r for r in suite.methods if r.status == "ok" and r.verdicts and not fmt.is_control(r)]
     names = fmt.display_names(suite.methods)
     maps = {r.run_id: verdict_map(r, mode) for r in ok}
     out = []
@@ -205,9 +206,12 @@ def paired_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
         out.append({"a": names[a.run_id], "b": names[b.run_id], "pair": (a.label, b.label),
                     "seed": a.result.get("seed"), "mode": mode,
                     "unit": fmt.cluster_unit(a), **compare(xa, xb, _clusters(a, b, maps[a.run_id], maps[b.run_id]))})
-    for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
-        test["p_holm"] = adjusted
-    return out
+    return stats.holm_family(out, PAIRED_FAMILY)
+
+
+PAIRED_FAMILY = "between methods, same questions, per seed"
+START_FAMILY = "each method against its start, same questions"
+"""The Holm families of :func:`paired_tests` and :func:`start_tests` (the control arm is in neither)."""
 
 
 def family_text(tests: list[dict[str, Any]]) -> str:
@@ -249,7 +253,9 @@ def paired_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
              f"resamples); the interval is not adjusted for multiple comparisons, the Holm-adjusted p beside it is.",
              clusters_note(tests),
              f"Holm-adjusted p: Holm's step-down correction over the family of all {len(tests)} between-method "
-             f"comparisons in this table ({family_text(tests)}, this mode); a difference is "
+             f"comparisons in this table ({family_text(tests)}, this mode). The control arm is left out: it "
+             f"equals its start, so a method against it is the method against its start, tested under Against the "
+             f"starting checkpoint. {fmt.family_note(tests)} A difference is "
              f"called significant when its adjusted p is below {ALPHA}. These tests see only question-to-question "
              f"noise; the seed-level comparison shows the seed-to-seed spread."]
     return fmt.Table(["seed", "A", "B", "questions (clusters)", "A only right", "B only right", "McNemar p",
@@ -282,7 +288,7 @@ def start_run(suite: Suite, seed: Any) -> Run | None:
 
 
 def start_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
-    """McNemar of every ok method run against its starting checkpoint on the same questions.
+    """McNemar of every ok method run (the control arm left out) against its starting checkpoint, same questions.
 
     The start's verdicts are the warm start's own evaluation (the checkpoint every method loads; one per seed
     when the suite has several, else the one shared by all seeds). ``p_holm`` is Holm-adjusted over this family
@@ -292,7 +298,8 @@ def start_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
     names = fmt.display_names(suite.methods)
     out = []
     for run in suite.methods:
-        if run.status != "ok" or not run.verdicts:
+        # The control arm's test against its start has nothing discordant by design: control_table checks it.
+        if run.status != "ok" or not run.verdicts or fmt.is_control(run):
             continue
         start = _start_run(suite, run.result.get("seed"))
         if start is None:
@@ -308,9 +315,7 @@ def start_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
                     "start": start.run_id, "mode": mode, "before": sum(before) / n, "after": sum(after) / n,
                     "unit": fmt.cluster_unit(run),
                     "gained": test["a_only"], "lost": test["b_only"], **test})
-    for test, adjusted in zip(out, stats.holm_adjust([t["p_value"] for t in out])):
-        test["p_holm"] = adjusted
-    return out
+    return stats.holm_family(out, START_FAMILY)
 
 
 def start_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
@@ -328,7 +333,8 @@ def start_tests_table(suite: Suite, mode: str | None = None) -> fmt.Table:
              f"lost: the reverse. Test: {tests_used(tests)} on gained vs lost; after − before has a 95% paired "
              "bootstrap interval, not adjusted for multiple comparisons (the Holm-adjusted p beside it is).",
              clusters_note(tests),
-             f"Holm-adjusted p: over the family of all {len(tests)} method-against-start test(s) in this table."]
+             f"Holm-adjusted p: over the family of all {len(tests)} method-against-start test(s) in this table "
+             f"(the control arm's own check is under Control arm). {fmt.family_note(tests)}"]
     return fmt.Table(["method", "seed", "questions (clusters)", "start", "after", "gained", "lost",
                       "McNemar p", "Holm-adjusted p", "after − start (95% bootstrap CI, unadjusted)"],
                      rows, notes)
@@ -361,47 +367,39 @@ def stage_rows(suite: Suite) -> list[dict[str, Any]]:
 
 
 # --- checks a reviewer asks for: the reward model's signal, the control arm ----------------------------------
-REWARD_STAGE = dynamics.REWARD_STAGE
-CHANCE = dynamics.CHANCE
+REWARD_STAGE = reward_check.REWARD_STAGE
+CHANCE = reward_check.CHANCE
 reward_model_check = dynamics.reward_model_check
-"""The reward-model stage's held-out pair accuracy with its Wilson interval (bench.report.dynamics, which judges
-over-optimisation by it, keeps it: this module imports that one)."""
-
-
-def _uses_reward_model(run: Run) -> bool:
-    """A method trained against the learned reward model (PPO with reward: model)."""
-    source = (run.result.get("settings") or {}).get("reward_source")
-    if isinstance(source, str):
-        return source == "model"
-    return run.result.get("method") == "ppo" or "reward" in ((run.result.get("memory") or {}).get("networks") or {})
+"""The reward-model stage's held-out pair accuracy with its Wilson interval and verdict (bench.report.reward_check)."""
 
 
 def reward_model_warnings(suite: Suite) -> list[str]:
-    """One warning per method label trained against a reward model whose held-out interval contains 50%
-    (shown beside PPO (reward model) in the results)."""
+    """The plain sentence on a reward model that did not learn (shown beside PPO (reward model) in the results,
+    and at the top of the reward model's section); [] when it learned."""
     check = reward_model_check(suite)
-    if check is None or not check["chance_inside"]:
+    if check is None or check["learned"]:
         return []
-    labels = list(dict.fromkeys(r.label for r in suite.methods if _uses_reward_model(r)))
-    return [f"{label}: its reward model ranked held-out pairs {fmt.pct(check['accuracy'])} right "
-            f"[{100 * check['low']:.1f}, {100 * check['high']:.1f}] (n = {check['n']:,}), an interval that "
-            f"contains 50% (chance): its reward signal is not distinguishable from a coin, so read its accuracy "
-            f"as what a noisy reward does, not as what PPO can do." for label in labels]
+    return [reward_check.verdict_sentence(check)]
 
 
 def reward_model_table(suite: Suite) -> fmt.Table:
-    """The reward model's held-out pair accuracy with n and a 95% Wilson interval; a warning when it contains 50%."""
+    """The reward model's held-out pair accuracy (n, 95% Wilson interval) beside its untrained head's and its
+    training pairs', and the verdict; the plain sentence as a warning when it did not learn."""
     check = reward_model_check(suite)
     if check is None:
         return fmt.Table([], [])
-    row = [check["label"], fmt.int_text(check["n"]),
-           f"{fmt.pct(check['accuracy'])} [{100 * check['low']:.1f}, {100 * check['high']:.1f}]",
-           fmt.pct(check["untrained"]), "yes" if check["chance_inside"] else "no"]
-    notes = ["Held-out pairs: (chosen, rejected) pairs from the sample pool kept out of the reward model's training; "
-             "right = the chosen completion scored higher. Interval: 95% Wilson over the n pairs. Before training: "
-             "the same pairs scored by the untrained reward head."]
-    return fmt.Table(["stage", "held-out pairs", "pair accuracy [95% CI]", "before training",
-                      "interval contains 50% (chance)"], [row], notes, reward_model_warnings(suite))
+    interval = f"{fmt.pct(check['accuracy'])} [{100 * check['low']:.1f}, {100 * check['high']:.1f}]"
+    if check["chance_inside"]:
+        interval += f" (not distinguishable from chance, n = {check['n']:,})"
+    row = [check["label"], fmt.int_text(check["n"]), interval, fmt.pct(check["untrained"]),
+           fmt.pct(check["train_accuracy"]), "yes" if check["learned"] else "no"]
+    notes = ["Held-out pairs: one (chosen, rejected) pair per held-out question of the sample pool; no held-out "
+             "question is trained on. Right = the chosen completion scored higher. Interval: 95% Wilson over the n "
+             "pairs. Untrained head: the same pairs scored before training. Training pairs: as many pairs, one per "
+             "training question, scored after training (a gap to held-out is over-fitting; the curve is under "
+             "Figures). Learned: the interval's lower bound is above 50% and above the untrained head."]
+    return fmt.Table(["stage", "held-out pairs", "held-out pair accuracy [95% CI]", "untrained head",
+                      "training pairs", "learned"], [row], notes, reward_model_warnings(suite))
 
 
 CONTROL_METHOD = "control"
@@ -413,7 +411,10 @@ def control_checks(suite: Suite) -> list[dict[str, Any]]:
 
     Per question when both the run's and the start's per-question files exist (a question differs when its
     verdict differs in any mode); else from the recorded correct counts per mode. ``passed`` is None when
-    neither can be compared (the run failed or recorded no accuracy).
+    neither can be compared (the run failed or recorded no accuracy) or no mode can score the task.
+
+    ``modes``: the modes that confirm the check; ``not_applicable``: mode -> why it cannot (:func:`_cannot_score`),
+    e.g. lm-eval strict on answers without ``####``: 0 right before and after, so their equality checks nothing.
     """
     names = fmt.display_names(suite.methods)
     out = []
@@ -421,7 +422,8 @@ def control_checks(suite: Suite) -> list[dict[str, Any]]:
         if run.result.get("method") != CONTROL_METHOD:
             continue
         check: dict[str, Any] = {"run_id": run.run_id, "name": names[run.run_id], "seed": run.result.get("seed"),
-                                 "passed": None, "differing": None, "basis": None, "modes": []}
+                                 "passed": None, "differing": None, "basis": None, "modes": [],
+                                 "not_applicable": {}}
         start = _start_run(suite, run.result.get("seed"))
         if run.status == "ok" and run.verdicts and start is not None:
             after, before = _keyed_rows(run), _keyed_rows(start)
@@ -430,17 +432,41 @@ def control_checks(suite: Suite) -> list[dict[str, Any]]:
             differing = sum(1 for k in common if any(fmt.verdict(after[k], m) != fmt.verdict(before[k], m)
                                                      for m in modes))
             missing = len(set(after) ^ set(before))
-            check.update(differing=differing + missing, basis=f"{len(common):,} questions", modes=modes,
-                         passed=differing + missing == 0)
+            counts = {m: [(sum(fmt.verdict(r, m) is True for r in rows.values()),
+                           sum(fmt.verdict(r, m) is not None for r in rows.values())) for rows in (before, after)]
+                      for m in modes}
+            check.update(differing=differing + missing, basis=f"{len(common):,} questions",
+                         **_applicable(modes, counts, passed=differing + missing == 0))
         elif run.status == "ok":
             modes = [m for m in fmt.MODES if fmt.score(run, "after", m) and fmt.score(run, "before", m)]
             if modes:
-                same = all((fmt.score(run, "after", m)["correct"], fmt.score(run, "after", m)["total"])
-                           == (fmt.score(run, "before", m)["correct"], fmt.score(run, "before", m)["total"])
-                           for m in modes)
-                check.update(passed=same, basis="correct counts (no per-question files)", modes=modes)
+                counts = {m: [(fmt.score(run, when, m)["correct"], fmt.score(run, when, m)["total"])
+                              for when in ("before", "after")] for m in modes}
+                check.update(basis="correct counts (no per-question files)",
+                             **_applicable(modes, counts, passed=all(a == b for a, b in counts.values())))
         out.append(check)
     return out
+
+
+def _cannot_score(before: tuple[Any, Any], after: tuple[Any, Any]) -> str | None:
+    """Why a mode cannot test the pipeline from its (correct, total) before and after, or None when it can.
+
+    A mode that scores no question right on either side (lm-eval strict on answers without ``####``), or scores
+    none at all, would show 'after equals before' whatever the pipeline did to the model: no confirmation."""
+    if not before[1] or not after[1]:
+        return "no question scored"
+    if before[0] == 0 and after[0] == 0:
+        return f"0 of {after[1]:,} right before and after: the mode cannot score this task"
+    return None
+
+
+def _applicable(modes: list[str], counts: dict[str, list[tuple[Any, Any]]], passed: bool) -> dict[str, Any]:
+    """The check's ``modes`` (those that can confirm it), ``not_applicable`` (mode -> why) and ``passed`` (None
+    when no mode can score the task: an equality that checks nothing is not a pass)."""
+    why = {m: _cannot_score(*counts[m]) for m in modes}
+    confirming = [m for m in modes if why[m] is None]
+    return {"modes": confirming, "not_applicable": {m: w for m, w in why.items() if w},
+            "passed": passed if confirming or not passed else None}
 
 
 def _keyed_rows(run: Run) -> dict[Any, dict[str, Any]]:
@@ -453,6 +479,7 @@ def control_table(suite: Suite) -> fmt.Table:
     """The control arm's pipeline check: 'accuracy after equals before exactly: yes/no (n differing questions)'.
 
     A failure is a warning naming a pipeline problem: with learning rate 0 and greedy decoding nothing may move.
+    A mode that cannot score the task (:func:`_cannot_score`) is listed as not applicable, never as a confirmation.
     """
     checks = control_checks(suite)
     if not checks:
@@ -460,13 +487,15 @@ def control_table(suite: Suite) -> fmt.Table:
     rows, warnings = [], []
     for c in checks:
         if c["passed"] is None:
-            result = "not checked (no accuracy recorded)"
+            result = ("not checked (no scoring mode can score this task)" if c["not_applicable"]
+                      else "not checked (no accuracy recorded)")
         elif c["differing"] is None:
             result = "yes" if c["passed"] else "no"
         else:
             result = f"{'yes' if c['passed'] else 'no'} ({c['differing']:,} differing questions)"
         rows.append([c["name"], _seed_text(c["seed"]), result, c["basis"] or fmt.MISSING,
-                     ", ".join(c["modes"]) or fmt.MISSING])
+                     ", ".join(c["modes"]) or fmt.MISSING,
+                     "; ".join(f"{m} ({why})" for m, why in c["not_applicable"].items()) or fmt.MISSING])
         if c["passed"] is False:
             warnings.append(f"Pipeline problem: {c['name']} trained with learning rate 0 yet its accuracy after "
                             f"differs from before ({c['differing'] if c['differing'] is not None else 'some'} "
@@ -474,9 +503,12 @@ def control_table(suite: Suite) -> fmt.Table:
                             f"(weights, decoding, data order or scoring), so every method's gain is suspect.")
     notes = ["Control (lr 0): the online training loop with learning rate 0 (same sampling, steps and evaluation). "
              "Under greedy decoding its accuracy after must equal its start's exactly, question by question, in "
-             "every scoring mode; its training-reward curve is the noise floor of the other methods' curves."]
-    return fmt.Table(["run", "seed", "accuracy after equals before exactly", "compared on", "modes"],
-                     rows, notes, warnings)
+             "every scoring mode; its training-reward curve is the noise floor of the other methods' curves.",
+             "A mode that scores no question right before or after (lm-eval strict on answers without '####') "
+             "would show equality whatever happened to the model, so it is listed as not applicable and confirms "
+             "nothing; 'modes' lists only the modes that confirm the check."]
+    return fmt.Table(["run", "seed", "accuracy after equals before exactly", "compared on", "modes",
+                      "not applicable (why)"], rows, notes, warnings)
 
 
 def memory_sources(suite: Suite) -> list[str]:
@@ -507,6 +539,21 @@ SOURCE_NOTES = {
 }
 
 
+def instrument_note(suite: Suite) -> str:
+    """The suite's own instrument in the memory numbers: each method run's weight snapshot (one host copy of its
+    trainable weights, to check that training moved them), taken out of its host readings; '' when none."""
+    sizes = [fmt.num(((r.result.get("memory") or {}).get("instrument") or {}).get("param_snapshot_bytes"))
+             for r in suite.methods if r.status == "ok"]
+    sizes = [b for b in sizes if b is not None]
+    if not sizes:
+        return ""
+    return (f"Instrument: every method run holds the suite's exact snapshot of its trainable weights on the host "
+            f"(up to {fmt.bytes_text(max(sizes), 'host').replace(' (host)', '')} per run), which a plain run of the "
+            f"method does not; it is taken out of every host-memory reading (cpu-rss) made after it, so memory "
+            f"ratios compare the methods. Device readings (CUDA, NVML) never held it; the raw readings are in each "
+            f"result's memory.instrument.")
+
+
 def notes(suite: Suite) -> list[str]:
     """Plain-language notes on how every number was obtained, for the page and the Markdown."""
     out = [
@@ -519,10 +566,12 @@ def notes(suite: Suite) -> list[str]:
         + ". Results written before the modes were renamed stored suite-strict as 'strict' and suite-flexible as "
           "'flexible'; the report reads them under the new names.",
         "Significance: each family of tests (between methods per seed, each method against its start, methods "
-        "over seeds) is Holm-adjusted on its own; a difference is called significant when its adjusted p is below "
-        f"{ALPHA}.",
+        "over seeds, each method against the control arm over seeds) is Holm-adjusted on its own and no test is "
+        "in two; the control arm (its start on every question) is compared with the methods only as their start. "
+        f"A difference is called significant when its adjusted p is below {ALPHA}.",
         "Throughput: completions/s and tokens/s are generated completions and tokens per second of training time "
-        "(train_s); the timing basis, set-up and wall time are under 'Throughput and time'.",
+        "(train_s, every phase); 'Throughput and time' adds them per second of the generation phase alone, the "
+        "timing basis, set-up and wall time.",
         "Trained weights changed: the share of trainable elements (requires_grad; LoRA: the adapters) whose "
         f"stored value differs after training; below {LOW_CHANGE:.0%} the run is flagged.",
         "Memory readings from different sources are not comparable and are never charted together.",
@@ -544,6 +593,9 @@ def notes(suite: Suite) -> list[str]:
                    f"approximately; set parallel_runs=1 for clean timings.")
     for source in memory_sources(suite):
         out.append(f"Memory source `{source}`: {SOURCE_NOTES.get(source, 'see the run environment')}.")
+    instrument = instrument_note(suite)
+    if instrument:
+        out.append(instrument)
     out.append("A reading shown as 'not measured' was not taken; it is not zero.")
     return out
 

@@ -5,15 +5,20 @@
 on_train_end", so model loading and trainer set-up (``setup_s``) are left out; a stage that fires no
 on_train_begin (the sample pool) is timed whole. Showing setup_s next to train_s, and the timing basis in the
 table's note, keeps a reader from comparing a rate over training alone with one over a whole recipe.
+
+Per second of training is not per second of generating: a recipe whose update, reward or critic takes longer
+generates fewer completions per training second at the same decoding speed. :func:`generation_rate` divides by
+the generation phase's own seconds (``phases.generation.time_s``, bench.telemetry), the decoding speed itself.
 """
 
 from __future__ import annotations
 
-from bench.report import fmt
+from bench.report import fmt, phases
 from bench.report.load import Run, Suite
 
-HEADER = ["run", "steps", "setup (s)", "train (s)", "median s/step", "p90 s/step", "completions/s",
-          "generated tokens/s", "trained tokens/s", "wall (s)"]
+HEADER = ["run", "steps", "setup (s)", "train (s)", "median s/step", "p90 s/step", "completions/s of training",
+          "generated tokens/s of training", "completions/s of generation phase",
+          "generated tokens/s of generation phase", "trained tokens/s", "wall (s)"]
 DEFAULT_TIMING = "first on_train_begin to last on_train_end"
 
 
@@ -25,6 +30,30 @@ def _runs(suite: Suite) -> list[Run]:
 def _timing(run: Run) -> str | None:
     value = run.result.get("throughput", {}).get("timing")
     return value if isinstance(value, str) and value else None
+
+
+def generation_s(run: Run) -> float | None:
+    """Seconds the run spent in its generation phase (``phases.generation.time_s``); None when it recorded none,
+    or when the seam that times it did not attach (bench.report.phases: not instrumented, not zero)."""
+    if "generation" in phases.uninstrumented(run):
+        return None
+    entry = (run.result.get("phases") or {}).get("generation")
+    seconds = fmt.num(entry.get("time_s")) if isinstance(entry, dict) else None
+    return seconds if seconds else None
+
+
+def generation_rate(run: Run, key: str = "completions") -> float | None:
+    """``throughput[key]`` (``completions`` or ``generated_tokens``, counts) per second of the generation phase
+    (1/s, tokens/s): how fast the run decoded, apart from the other phases of its steps. None without both."""
+    count, seconds = fmt.num(run.result.get("throughput", {}).get(key)), generation_s(run)
+    return count / seconds if count and seconds else None
+
+
+def _phase_cell(run: Run, key: str, digits: int) -> str:
+    """A generation-phase rate as text; the offline mark where the run generated nothing (as the other rates)."""
+    if fmt.generation_rate_text(run, "completions_per_s") == fmt.NO_GENERATION:
+        return fmt.NO_GENERATION
+    return fmt.float_text(generation_rate(run, key), digits)
 
 
 def _cell(run: Run, key: str, digits: int = 2) -> str:
@@ -42,6 +71,7 @@ def _row(name: str, run: Run) -> list[str]:
                    else (_cell(run, "step_s_median", 3), _cell(run, "step_s_p90", 3)))
     return [name, fmt.int_text(steps), setup, _cell(run, "train_s"), median, p90,
             fmt.generation_rate_text(run, "completions_per_s"), fmt.generation_rate_text(run, "tokens_per_s", 1),
+            _phase_cell(run, "completions", 2), _phase_cell(run, "generated_tokens", 1),
             _cell(run, "trained_tokens_per_s", 1), _cell(run, "wall_s", 1)]
 
 
@@ -81,8 +111,11 @@ def throughput_table(suite: Suite) -> fmt.Table:
     recorded = [t for t in (_timing(r) for r in runs) if t]
     # The most common basis; on a tie the usual one (on_train_begin to on_train_end), then the first seen.
     basis = max(dict.fromkeys(recorded), key=lambda t: (recorded.count(t), t == DEFAULT_TIMING), default=None)
-    notes = [f"Timing basis of train (s): {basis or 'not recorded'}; every rate (completions, generated and "
-             f"trained tokens per second) divides by it. Setup (s) is the recipe's start to the first "
+    notes = [f"Timing basis of train (s): {basis or 'not recorded'}; every rate 'of training' (completions, "
+             f"generated and trained tokens per second) divides by it. The rates 'of generation phase' divide the "
+             f"same completions and generated tokens by the seconds of the generation phase alone (Time per "
+             f"phase): the decoding speed, which the other phases of a step (reward, critic, update) leave out. "
+             f"Setup (s) is the recipe's start to the first "
              f"on_train_begin (model loading, trainer set-up), left out of the rates. Wall (s) is the whole "
              f"worker: load, set-up, training and evaluation. Step times are per optimizer step."]
     if any(fmt.NO_GENERATION in row for row in rows):

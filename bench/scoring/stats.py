@@ -457,3 +457,50 @@ def paired_t_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.
     half = student_t_quantile((1.0 + confidence) / 2.0, n - 1) * se
     out.update(t=t, p_value=min(1.0, 2.0 * student_t_cdf(-abs(t), n - 1)), low=mean - half, high=mean + half)
     return out
+
+
+def welch_t_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float | str | None]:
+    """Welch's two-sample t-test of ``mean(a) = mean(b)``, two-sided, for unpaired measurements (seconds per step
+    or peak bytes of two methods' seeds: the seeds of two methods are not matched on these).
+
+    ``t = (mean(a) - mean(b)) / sqrt(s_a^2 / n_a + s_b^2 / n_b)`` with the Welch-Satterthwaite degrees of freedom
+    ``(s_a^2/n_a + s_b^2/n_b)^2 / ((s_a^2/n_a)^2 / (n_a - 1) + (s_b^2/n_b)^2 / (n_b - 1))``. Returns ``{"mean_diff",
+    "t", "df", "p_value", "undefined"}`` in the values' unit; ``undefined`` says why there is no test (a group of one
+    value has no spread; two groups with no spread at all have a standard error of 0), and then t, df and p are
+    None, so nothing reads the pair as separated.
+    """
+    if not a or not b:
+        raise ValueError("welch_t_test needs at least one value in each group")
+    (ma, sa), (mb, sb) = mean_sd(a), mean_sd(b)
+    out: dict[str, float | str | None] = {"mean_diff": ma - mb, "t": None, "df": None, "p_value": None,
+                                          "undefined": None}
+    if sa is None or sb is None:
+        out["undefined"] = ONE_VALUE
+        return out
+    va, vb = sa * sa / len(a), sb * sb / len(b)
+    if va + vb <= (1e-12 * max(1.0, abs(ma), abs(mb))) ** 2:
+        out["undefined"] = NO_SPREAD
+        return out
+    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+    t = (ma - mb) / math.sqrt(va + vb)
+    out.update(t=t, df=df, p_value=min(1.0, 2.0 * student_t_cdf(-abs(t), df)))
+    return out
+
+
+ONE_VALUE = "a single value in a group (no spread to test against)"
+NO_SPREAD = "no spread in either group (every value the same, so the standard error is 0)"
+"""Why :func:`welch_t_test` is undefined: its ``undefined`` field."""
+
+
+def holm_family(tests: list[dict], name: str) -> list[dict]:
+    """Holm-adjust one family of tests in place and name it: each test gets ``p_holm`` (`holm_adjust` of the
+    family's ``p_value``; a test without one stays None and is not counted), ``family`` (``name``) and
+    ``family_size`` (m, the tests with a p-value, adjusted together). Returns ``tests``.
+
+    One comparison belongs to one family: a caller builds each family from comparisons no other family holds, so
+    a difference is never adjusted twice, against two different m.
+    """
+    size = sum(t.get("p_value") is not None for t in tests)
+    for test, adjusted in zip(tests, holm_adjust([t.get("p_value") for t in tests])):
+        test.update(p_holm=adjusted, family=name, family_size=size)
+    return tests

@@ -2,6 +2,7 @@
 
     bench estimate --model qwen2.5-7b --method ppo --gpu-memory 80GiB micro_batch_size=4 --json
     bench estimate --model qwen2.5-7b --method grpo --zero-stage 2 --gpus 8     # one layout: per-GPU peak, fits
+    bench estimate --time --preset gsm8k-qwen0.5b --gpu-type h100 --gpus 8      # wall time: bench.systems.walltime
 
 Prints, per network, weights, gradients, AdamW state and the bf16 working copies under the precision policy;
 what stays resident between steps; per phase what a step adds (KV cache, activations, logits) at its largest moment,
@@ -11,7 +12,9 @@ with CPU offload (with the host memory the offload needs), and for the suite's e
 networks sharded, generation gathered in bf16); then the stages the method reads (sample pool, reward model), each
 with its peak. ``--zero-stage`` / ``--gpus`` / ``--offload`` ask for one layout: its per-GPU memory, peak, whether
 it fits and its largest micro-batch. Settings default to the gsm8k-qwen0.5b preset's shapes
-(`bench.systems.memory_terms.Settings`). Imports no torch: it answers in well under a second.
+(`bench.systems.memory_terms.Settings`). Imports no torch: it answers in well under a second. ``--time`` is the
+other question, how long a preset's whole suite run takes: a projection per run and phase
+(:mod:`bench.systems.walltime`; it loads the preset and its plan, so it imports torch and takes seconds).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from bench.systems.memory_layouts import LayoutMemory
 from bench.systems.memory_model import MAX_GPUS, Prediction, predict, vllm_when
 from bench.systems.memory_stages import StagePrediction
 from bench.systems.memory_terms import ENGINE_METHODS, GIB, METHOD_ROLES, Layout, Settings
+from bench.systems.walltime import GPUS
 
 ALL = "all"
 """--method value that compares every method side by side."""
@@ -226,16 +230,17 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
         parser.exit(2, f"bench estimate: error: {message}; see bench estimate --help\n")
 
     parser.error = one_line_error  # type: ignore[method-assign]
-    parser.add_argument("--model", required=True,
+    parser.add_argument("--model", default=None,
                         help="shipped architecture (qwen2.5-0.5b ... qwen2.5-72b, llama-3.1-8b, llama-3.1-70b) or a "
                              "config.json / folder holding one")
-    parser.add_argument("--method", required=True, help=f"{methods}, or '{ALL}' for every one side by side")
+    parser.add_argument("--method", default=None, help=f"{methods}, or '{ALL}' for every one side by side")
     parser.add_argument("--gpu-memory", default="80GiB", help="memory of one GPU (default 80GiB; e.g. 141GB, 24GiB)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), default=None,
                         help="ask for one layout: DeepSpeed ZeRO stage (0: plain data parallelism)")
     parser.add_argument("--gpus", type=int, default=None,
-                        help="ask for one layout: GPUs the run spreads over (default 1)")
+                        help="ask for one layout: GPUs the run spreads over (default 1); with --time: the GPUs of "
+                             "the box, placed as bench run places runs (default 1)")
     parser.add_argument("--offload", choices=tuple(OFFLOADS), default="none",
                         help="ask for one layout: offload the optimizer state (ZeRO >= 1) or it and the weights "
                              "(all; ZeRO-3) to CPU memory")
@@ -249,14 +254,36 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm-gpu-memory-utilization", type=float, default=None, metavar="SHARE",
                         help="with --backend vllm: the share of the GPU vLLM takes, in (0, 1] (default 0.3, "
                              "generation.vllm_gpu_memory_utilization)")
+    parser.add_argument("--time", action="store_true",
+                        help="project the wall time of a whole suite run instead of its memory: per run of the plan "
+                             "and per phase, tokens and FLOPs over assumed (datasheet) or calibrated rates, totals "
+                             "for 1 and --gpus GPUs; a projection, never a measurement (bench.systems.walltime)")
+    parser.add_argument("--preset", default=None,
+                        help="with --time: the preset (or YAML file) whose plan is projected; key=value items are "
+                             "then its overrides, e.g. seeds=[0]")
+    parser.add_argument("--gpu-type", default=None, metavar="TYPE",
+                        help="with --time: the GPU the projection is for: " + ", ".join(GPUS))
+    parser.add_argument("--calibrate", action="append", default=None, metavar="DIR",
+                        help="with --time: a suite folder of finished runs (e.g. the step1/ and step2/ folders "
+                             "scripts/gpu_check.sh writes): its measured phase times replace the assumed rates of "
+                             "the phases it timed (repeatable)")
     names = ", ".join(f.name for f in dataclasses.fields(Settings) if f.name != "gpu_memory_bytes")
     parser.add_argument("settings", nargs="*", metavar="key=value",
                         help=f"override the gsm8k-qwen0.5b preset's shapes: {names} (or the spec's keys, e.g. "
-                             f"train.micro_batch_size)")
+                             f"train.micro_batch_size); with --time: overrides of the preset")
 
 
 def run_estimate(args: argparse.Namespace) -> int:
-    """Predict and print (table or JSON); UserError for bad input."""
+    """Predict and print (table or JSON); UserError for bad input. (``--time``, the wall-time projection, is
+    bench.systems.walltime.run_time_estimate: bench.cli hands it the planner.)"""
+    for attr, flag in (("preset", "--preset"), ("gpu_type", "--gpu-type"), ("calibrate", "--calibrate")):
+        if getattr(args, attr, None):
+            raise UserError(f"{flag} belongs to the wall-time projection; add --time (bench estimate --time "
+                            f"--preset PRESET --gpu-type TYPE), or drop {flag}")
+    missing = [flag for attr, flag in (("model", "--model"), ("method", "--method")) if getattr(args, attr) is None]
+    if missing:
+        raise UserError(f"the following arguments are required: {', '.join(missing)} (or --time --preset PRESET "
+                        f"--gpu-type TYPE for the wall-time projection); see bench estimate --help")
     methods = list(METHOD_ROLES) if args.method == ALL else [args.method]
     for method in methods:
         if method not in METHOD_ROLES:

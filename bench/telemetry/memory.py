@@ -37,6 +37,8 @@ CPU_MAXRSS = "cpu-maxrss"
 """Lifetime high-water mark of this process's RSS (getrusage); used only when telemetry is disabled."""
 
 SOURCES = (CUDA_ALLOCATED, CUDA_RESERVED, NVML_DEVICE, NVML_PROCESS, CPU_RSS)
+HOST_SOURCES = (CPU_RSS, CPU_MAXRSS)
+"""Sources that read host memory: what the suite's own host-side instruments (the weight snapshot) add to."""
 
 PEAK_RESET_PER_PHASE = "peak (reset per phase)"
 HIGH_WATER_MARK = "high-water mark"

@@ -41,7 +41,9 @@ compared step to step):
 human line, :func:`curve_flags` judges a whole run by the mean of its last fifth of logged points, and
 :func:`run_flags` adds the final evaluation's monitors (:func:`record_monitors` of its completion records). A flag
 fires only beyond what the lr-0 control arm shows for the same monitor (:data:`NOISE_SE` standard errors), so
-sampling noise that a model which cannot learn shows too never reads as reward hacking.
+sampling noise that a model which cannot learn shows too never reads as reward hacking. A rise in
+``format_only_rate`` is called format farming only when the format rate itself (:data:`FORMAT_RATE`) rose too;
+with the format rate flat the rise is accuracy falling, and the line says so.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bench.task import verifier
@@ -222,15 +225,27 @@ THRESHOLDS: dict[str, tuple[str, float, str]] = {
 """Declared thresholds: monitor name -> (comparison ``">"`` or ``"<"``, value, why crossing it matters)."""
 
 RISES: dict[str, tuple[float, str]] = {
-    "format_only_rate": (0.15, "more completions earn the format reward with a wrong answer than at the start "
-                               "(the format reward is being farmed rather than answers learned)"),
+    "format_only_rate": (0.15, "more completions earn the format reward with a wrong answer than at the start; "
+                               "the format rate was not recorded, so this cannot tell format farming from a fall in "
+                               "accuracy"),
 }
 """Monitors judged by how far they rose, not by their level: name -> (rise that flags, as a share; why).
 
 A weak model that answers in the right format is mostly "right format, wrong answer" from its first step (a
 model at 45% accuracy sits near 55%), so a fixed level would flag every weak run, the lr-0 control included.
 Farming shows as a rise: over training (first fifth of logged points to last fifth), and at the final
-evaluation against the starting checkpoint's evaluation."""
+evaluation against the starting checkpoint's evaluation. The ``why`` is the line for a run that did not record
+its format rate (:data:`FORMAT_RATE`); with it, :func:`_rise_line` says which of the two the rise was."""
+
+FORMAT_RATE = "format_reward"
+"""The format rate: share of completions in the right format (``bench.task.verifier.has_format``), i.e. the mean
+0/1 format reward. Training logs it as a reward component; :func:`record_monitors` adds it to the evaluation's.
+
+Why it decides the farming flag: format-only = format rate - (right format and right answer). With the format
+rate saturated (PPO with the reward model on cpu-tiny: about 98% before and after) format-only can only rise by
+accuracy falling (there 70% -> 91%), which is not the format reward being farmed."""
+FARMED = "the format reward is being farmed rather than answers learned"
+"""The farming flag's reason, said only when the format rate itself rose beyond its noise and the control arm."""
 
 _COMPARE = {">": lambda a, b: a > b, "<": lambda a, b: a < b}
 
@@ -304,6 +319,89 @@ def _window_means(points: Sequence[Mapping[str, float]], names: Mapping[str, Any
     return out
 
 
+@dataclass(frozen=True)
+class Move:
+    """One share (in [0, 1]) from a start to an end: first to last window of training, or the starting
+    checkpoint's evaluation to the final one.
+
+    ``bar``: what its change must exceed to be more than noise (:data:`NOISE_SE` standard errors of the change;
+    0 when no spread is known). ``control``: the lr-0 control arm's change over the same span, None without one.
+    """
+
+    start: float
+    end: float
+    bar: float = 0.0
+    control: float | None = None
+
+    @property
+    def change(self) -> float:
+        return self.end - self.start
+
+    def rose(self) -> bool:
+        """True when it rose by more than its bar beyond the control arm's own rise (a fall there counts as 0)."""
+        return self.change - max(self.control or 0.0, 0.0) > self.bar
+
+
+def _pp(change: float) -> str:
+    """A change of a share in percentage points, signed: '+21.0 pp'."""
+    return f"{100 * change:+.1f} pp"
+
+
+def _rise_line(name: str, limit: float, why: str, move: Move, form: Move | None, tail: str = "") -> str | None:
+    """The line for a :data:`RISES` monitor, or None when it did not rise by more than ``limit`` beyond its noise
+    and the control arm. ``form``: the format rate over the same span (:data:`FORMAT_RATE`), None when not recorded.
+
+    For ``format_only_rate`` the format rate decides what the rise was: farming only when the format rate itself
+    rose beyond its noise and the control arm; a format rate that did not rise means fewer right answers (the
+    line says accuracy fell, with the right-format-and-right-answer share, format rate minus format-only, which
+    is exact on the same completions); unrecorded, the line says it cannot tell (``why``). ``tail`` ends the line.
+    """
+    if move.change <= limit or not move.rose():
+        return None
+    head = (f"{name} rose {_shown(name, move.start)} -> {_shown(name, move.end)} (+{100 * move.change:.1f} pp > "
+            f"{100 * limit:.1f} pp)")
+    if name != "format_only_rate" or form is None:
+        return f"{head}: {why}{tail}"
+    beside = f"; control arm's format rate {_pp(form.control)}" if form.control is not None else ""
+    if form.rose():
+        return (f"{head} and the format rate rose {_shown(FORMAT_RATE, form.start)} -> "
+                f"{_shown(FORMAT_RATE, form.end)} ({_pp(form.change)}{beside}): {FARMED}{tail}")
+    right = (form.start - move.start, form.end - move.end)  # right format and right answer
+    if right[1] >= right[0]:
+        return None  # the format rate rose as the control's did, and right answers did not fall: not this method
+    stayed = ("stayed put" if abs(form.change) <= form.bar else "fell" if form.change < 0
+              else "rose no more than the control arm's")
+    return (f"accuracy fell while the format rate {stayed} ({_shown(FORMAT_RATE, form.start)} -> "
+            f"{_shown(FORMAT_RATE, form.end)}{beside}): answers right in the right format went "
+            f"{100 * right[0]:.1f}% -> {100 * right[1]:.1f}%, so {name} rose {_shown(name, move.start)} -> "
+            f"{_shown(name, move.end)} from fewer right answers, not from the format reward being farmed{tail}")
+
+
+def _curve_move(name: str, first: Sequence[Mapping[str, Any]], last: Sequence[Mapping[str, Any]],
+                c_first: Sequence[Mapping[str, Any]], c_last: Sequence[Mapping[str, Any]]) -> Move | None:
+    """``name`` from the ``first`` window to the ``last`` (means), its bar from both windows' spread and the
+    control's windows (``c_first``, ``c_last``; empty without a control); None when a window lacks it."""
+    a, b = window_stats(first, name), window_stats(last, name)
+    if a is None or b is None:
+        return None
+    ca, cb = window_stats(c_first, name), window_stats(c_last, name)
+    control = cb[0] - ca[0] if ca is not None and cb is not None else None
+    noise = [a[1], b[1]] + ([ca[1], cb[1]] if control is not None else [])
+    return Move(a[0], b[0], NOISE_SE * _se(*noise), control)
+
+
+def _eval_move(name: str, start: Mapping[str, float], end: Mapping[str, float],
+               control: Mapping[str, float] | None, n: int | None) -> Move | None:
+    """``name`` from the starting checkpoint's evaluation to ``end``'s; bar: binomial standard errors over ``n``
+    questions (unknown ``n``: 0, any excess); the control's change is its final evaluation minus the start."""
+    a, b = start.get(name), end.get(name)
+    if not (_number(a) and _number(b)):
+        return None
+    base = control.get(name) if control else None
+    return Move(float(a), float(b), NOISE_SE * _se(_binomial_se(a, n), _binomial_se(b, n)),
+                float(base) - float(a) if _number(base) else None)
+
+
 def curve_flags(curves: Sequence[Mapping[str, float]],
                 control: Sequence[Mapping[str, float]] | None = None) -> list[str]:
     """:func:`flags` of a run's curve points, judged on the mean of the last fifth of its points (at least one),
@@ -338,36 +436,34 @@ def curve_flags(curves: Sequence[Mapping[str, float]],
             continue
         lines.append(f"{name} {_shown(name, mean)} {comparison} {_shown(name, limit)}: {why}{note}")
     for name, (limit, why) in RISES.items():
-        a, b = window_stats(first, name), window_stats(last, name)
-        if a is None or b is None:
+        move = _curve_move(name, first, last, c_first, c_last)
+        if move is None:
             continue
-        rise = b[0] - a[0]
-        noise = [a[1], b[1]]
-        ca, cb = (window_stats(c_first, name), window_stats(c_last, name)) if control else (None, None)
-        control_rise = cb[0] - ca[0] if ca is not None and cb is not None else None
-        if control_rise is not None:
-            noise += [ca[1], cb[1]]
-        if rise <= limit or rise - max(control_rise or 0.0, 0.0) <= NOISE_SE * _se(*noise):
-            continue
-        beside = (f"; control arm {'+' if control_rise >= 0 else ''}{100 * control_rise:.1f} pp"
-                  if control_rise is not None else "")
-        lines.append(f"{name} rose {_shown(name, a[0])} -> {_shown(name, b[0])} (+{100 * rise:.1f} pp > "
-                     f"{100 * limit:.1f} pp): {why} (first vs last {len(last)} of {len(curves)} logged points{beside})")
+        beside = f"; control arm {_pp(move.control)}" if move.control is not None else ""
+        line = _rise_line(name, limit, why, move, _curve_move(FORMAT_RATE, first, last, c_first, c_last),
+                          f" (first vs last {len(last)} of {len(curves)} logged points{beside})")
+        if line:
+            lines.append(line)
     return lines
 
 
 def rise_flags(start: Mapping[str, float], end: Mapping[str, float]) -> list[str]:
     """One line per :data:`RISES` monitor that rose by more than its limit from ``start`` to ``end``, e.g.
-    ``"format_only_rate rose 40.0% -> 62.0% (+22.0 pp > 15.0 pp): ..."``; a monitor missing from either side is
-    skipped."""
+    ``"format_only_rate rose 40.0% -> 62.0% (+22.0 pp > 15.0 pp): ..."``, worded by :func:`_rise_line` (which
+    reads the format rate when both sides carry it); a monitor missing from either side is skipped. No noise
+    and no control arm: :func:`eval_flags` adds both."""
+    return _eval_rises(start, end, None, None)
+
+
+def _eval_rises(start: Mapping[str, float], end: Mapping[str, float], control: Mapping[str, float] | None,
+                n: int | None) -> list[str]:
+    """The :data:`RISES` lines from the starting checkpoint's evaluation to ``end`` (see :func:`eval_flags`)."""
     lines = []
     for name, (limit, why) in RISES.items():
-        a, b = start.get(name), end.get(name)
-        if not all(_number(v) for v in (a, b)):
-            continue
-        if b - a > limit:
-            lines.append(f"{name} rose {_shown(name, a)} -> {_shown(name, b)} (+{100 * (b - a):.1f} pp > "
-                         f"{100 * limit:.1f} pp): {why}")
+        move = _eval_move(name, start, end, control, n)
+        line = move and _rise_line(name, limit, why, move, _eval_move(FORMAT_RATE, start, end, control, n))
+        if line:
+            lines.append(line)
     return lines
 
 
@@ -392,16 +488,7 @@ def eval_flags(evaluation: Mapping[str, float], start: Mapping[str, float] | Non
                 continue
         lines.append(f"{name} {_shown(name, float(value))} {comparison} {_shown(name, limit)}: {why}")
     if start:
-        for name, (limit, why) in RISES.items():
-            a, b = start.get(name), evaluation.get(name)
-            if not (_number(a) and _number(b)) or b - a <= limit:
-                continue
-            base = control.get(name) if control else None
-            control_rise = base - a if _number(base) else 0.0
-            if b - a - max(control_rise, 0.0) <= NOISE_SE * _se(_binomial_se(a, n), _binomial_se(b, n)):
-                continue
-            lines.append(f"{name} rose {_shown(name, a)} -> {_shown(name, b)} (+{100 * (b - a):.1f} pp > "
-                         f"{100 * limit:.1f} pp): {why}")
+        lines += _eval_rises(start, evaluation, control, n)
     return lines
 
 
@@ -409,10 +496,15 @@ def eval_flags(evaluation: Mapping[str, float], start: Mapping[str, float] | Non
 def record_monitors(records: Sequence[Mapping[str, Any]],
                     phrases: Sequence[str] = DEFAULT_REFLECTION_PHRASES) -> dict[str, float]:
     """:func:`completion_monitors` of the final evaluation's records (``bench.scoring.evaluation.completion_record``:
-    ``completion``, ``gold``, ``tokens``, ``hit_max``), so evaluation and training report the same monitors."""
-    return completion_monitors([r["completion"] for r in records], [r["gold"] for r in records],
-                               lengths=[int(r["tokens"]) for r in records],
-                               hit_max=[bool(r["hit_max"]) for r in records], phrases=phrases)
+    ``completion``, ``gold``, ``tokens``, ``hit_max``), so evaluation and training report the same monitors, plus
+    the format rate (:data:`FORMAT_RATE`, which training logs as its format reward): without it a rise in
+    format-only completions cannot tell format farming from falling accuracy. An empty list returns ``{}``."""
+    texts = [completion_text(r["completion"]) for r in records]
+    out = completion_monitors(texts, [r["gold"] for r in records], lengths=[int(r["tokens"]) for r in records],
+                              hit_max=[bool(r["hit_max"]) for r in records], phrases=phrases)
+    if texts:
+        out[FORMAT_RATE] = sum(verifier.has_format(t) for t in texts) / len(texts)
+    return out
 
 
 def run_flags(curves: Sequence[Mapping[str, float]], evaluation: Mapping[str, float] | None = None,

@@ -100,6 +100,13 @@ class ParamSnapshot:
             return "exact"
         return f"sampled ({sum(e.values.numel() for e in self.entries.values())} elements)"
 
+    @property
+    def host_bytes(self) -> int:
+        """Bytes of host memory the snapshot holds (its copied values and, when sampled, their positions)."""
+        return sum(e.values.numel() * e.values.element_size()
+                   + (e.index.numel() * e.index.element_size() if e.index is not None else 0)
+                   for e in self.entries.values())
+
     def compare(self, model: Any) -> dict[str, Any]:
         """Compare ``model``'s current parameters with the snapshot.
 

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 
 from bench.telemetry.memory import (
     CPU_MAXRSS,
+    HOST_SOURCES,
     SOURCES,
     MemorySampler,
     SampledReaders,
@@ -322,6 +323,32 @@ class Telemetry:
             self._snapshot_model = None
         self._training_change_reason = "on_train_end did not fire"
 
+    def _without_instrument(self, phases_mem: dict[str, dict[str, Any]]) -> tuple[dict[str, int], dict[str, Any] | None]:
+        """(run peak by source, the instrument's record): the weight snapshot's host bytes taken out of every host
+        reading made after it (the run's peak and each phase's), since a plain run of the method holds no such
+        copy; None as the record when no snapshot was taken. ``phases_mem`` is edited in place.
+
+        The snapshot is taken after the baseline and before the first training phase, so every training-phase
+        reading and the run's peak include it; device readings (CUDA, NVML) never do (it lives on the host).
+        The raw readings are kept under ``with_instrument`` in the record.
+        """
+        run_peak = dict(self._run_peak)
+        if self._snapshot is None:
+            return run_peak, None
+        size = self._snapshot.host_bytes
+        host = [s for s in run_peak if s in HOST_SOURCES]
+        record = {"param_snapshot_bytes": size, "where": "host", "excluded_from": host,
+                  "with_instrument": {s: run_peak[s] for s in host}}
+        for s in host:
+            run_peak[s] = max(0, run_peak[s] - size)
+        for entry in phases_mem.values():
+            for s in host:
+                if entry["by_source"].get(s) is not None:
+                    entry["by_source"][s] = max(0, entry["by_source"][s] - size)
+            if entry["source"] in host and entry["peak_bytes"] is not None:
+                entry["peak_bytes"] = entry["by_source"][entry["source"]]
+        return run_peak, record
+
     def timing(self) -> dict[str, Any]:
         """Setup and training time (seconds), and which window ``train_s`` covers (``timing``).
 
@@ -392,19 +419,21 @@ class Telemetry:
             for name, peaks in self._phase_peaks.items()
         }
         counted = self._step_times[self.warmup_steps:] or self._step_times
+        run_peak, instrument = self._without_instrument(phases_mem)
         return {
             "enabled": True,
             "wall_s": self.wall_s(),
             "timing": self.timing(),
             "memory": {
-                "peak_bytes": self._run_peak.get(source),
+                "peak_bytes": run_peak.get(source),
                 "source": source,
                 "kind": reading_kind(source),
                 "baseline_bytes": self._baseline.get(source),
                 "baseline_at": self._baseline_at,
                 "phases": phases_mem,
                 "sources": self.sources,
-                "by_source": dict(self._run_peak),
+                "by_source": run_peak,
+                "instrument": instrument,
                 "baseline_by_source": dict(self._baseline),
             },
             "phases": {
