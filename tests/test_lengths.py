@@ -168,7 +168,7 @@ def test_reward_model_stage_keeps_every_long_pair(tmp_path: Path, monkeypatch: p
     spec = load_spec("cpu-quick", ["reward_model.epochs=1", "reward_model.batch_size=8"])
     model_dir = tiny_model_dir(spec, tokenizer_corpus(spec))
     prompt = "Question: what is 3 + 4 + 5 + 6 + 7 + 8 + 9? " * 12
-    pool = [{"prompt": prompt + f"Case {i}.", "answer": "42", "question": "q",
+    pool = [{"prompt": prompt + f"Case {i}.", "answer": "42", "question": f"q{i}",
              "completions": ["<think>3+4+5+6+7+8+9=42</think><answer>42</answer>", f"<answer>{i}</answer>"],
              "correct": [True, False]} for i in range(10)]
     pool_path = tmp_path / "pool.jsonl"
@@ -190,7 +190,11 @@ def test_reward_model_stage_keeps_every_long_pair(tmp_path: Path, monkeypatch: p
     outcome = reward_model.train(ctx)
     lengths = outcome.metrics["lengths"]
     assert lengths["dropped"] == 0 and lengths["truncated"] == 0
-    assert lengths["max_length"] > OLD_MAX_LENGTH and lengths["examples"] == outcome.metrics["train_pairs"] == 9
+    # ten questions, split by question: the held-out ones leave the rest, every one of them kept despite its length
+    held_out = outcome.metrics["heldout_pairs"]
+    assert held_out >= 1
+    assert lengths["max_length"] > OLD_MAX_LENGTH
+    assert lengths["examples"] == outcome.metrics["train_pairs"] == 10 - held_out
     assert seen == [9]
     pairs = [{"prompt": e["prompt"], "chosen": e["completions"][0], "rejected": e["completions"][1]} for e in pool]
     assert pair_budget(tokenizer, pairs, 16, drops=True, cap=OLD_MAX_LENGTH).dropped == 10  # what 256 did

@@ -178,7 +178,12 @@ def test_the_control_arm_equals_its_start_on_every_question_in_every_mode(suite:
     for a, b in zip(start, control):
         assert a["correct"] == b["correct"] and a["extracted"] == b["extracted"]
     (check,) = control_checks(load_suite(suite))
-    assert check["passed"] is True and check["differing"] == 0 and check["modes"] == list(MODES), check
+    # every mode either confirms the check or says why it cannot (a mode scoring 0 of 4 before and after checks
+    # nothing); the check passes when a mode confirms it and is undecided, never passed, when none can
+    assert check["differing"] == 0, check
+    assert set(check["modes"]) | set(check["not_applicable"]) == set(MODES), check
+    assert not set(check["modes"]) & set(check["not_applicable"]), check
+    assert check["passed"] is (True if check["modes"] else None), check
     data = result(suite, "control-s0")
     assert data["accuracy"]["after"] == data["accuracy"]["before"]
     # One evaluation numerics for the start and every method (issue 21 item 2), recorded with the score.

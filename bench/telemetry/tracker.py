@@ -330,7 +330,9 @@ class Telemetry:
 
         The snapshot is taken after the baseline and before the first training phase, so every training-phase
         reading and the run's peak include it; device readings (CUDA, NVML) never do (it lives on the host).
-        The raw readings are kept under ``with_instrument`` in the record.
+        The raw readings are kept under ``with_instrument`` in the record. A reading never drops below the
+        baseline (models loaded, before the snapshot): the allocator may place the snapshot in memory the process
+        already held, so its bytes are an upper bound on what it added to the resident set.
         """
         run_peak = dict(self._run_peak)
         if self._snapshot is None:
@@ -339,12 +341,15 @@ class Telemetry:
         host = [s for s in run_peak if s in HOST_SOURCES]
         record = {"param_snapshot_bytes": size, "where": "host", "excluded_from": host,
                   "with_instrument": {s: run_peak[s] for s in host}}
+        def without(source: str, reading: int) -> int:
+            return max(self._baseline.get(source) or 0, reading - size)
+
         for s in host:
-            run_peak[s] = max(0, run_peak[s] - size)
+            run_peak[s] = without(s, run_peak[s])
         for entry in phases_mem.values():
             for s in host:
                 if entry["by_source"].get(s) is not None:
-                    entry["by_source"][s] = max(0, entry["by_source"][s] - size)
+                    entry["by_source"][s] = without(s, entry["by_source"][s])
             if entry["source"] in host and entry["peak_bytes"] is not None:
                 entry["peak_bytes"] = entry["by_source"][entry["source"]]
         return run_peak, record
