@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.report import build_report, load_suite
-from bench.report.headline import headline_block, mean_interval
+from bench.report.headline import headline_block, mean_interval, reward_model_line
 from bench.results import write_json_atomic
 from test_report import _stats_suite, _with_reward_model
 
@@ -153,3 +153,27 @@ def test_the_start_record_measures_the_bf16_copy_against_the_source(tmp_path: Pa
     assert record["from"] == "source weights" and record["dtype"] == "bfloat16"
     assert 0 < record["max_abs_change"] < 0.01 and 0.5 < record["changed_share"] <= 1
     assert start_record(copy, None, spec) == {"from": "warm start", "dtype": "bfloat16"}
+
+
+def test_the_reward_model_line_says_what_ppo_trained_against_and_whether_it_over_optimised(tmp_path: Path) -> None:
+    """The fixture's reward model learned (66% of 200 held-out pairs against its untrained head's 50%) and its
+    PPO run's reward-model score rose while the verifier's reward fell: the block says both, so a reader does
+    not quote PPO (reward model)'s accuracy as PPO's against the task."""
+    from report_fixtures import write_suite
+
+    suite = load_suite(write_suite(tmp_path))
+    line = reward_model_line(suite)
+    assert line is not None and line.startswith("PPO (reward model)'s reward model learned: it ranks held-out pairs "
+                                                "66.0% [")
+    assert "on 200 held-out pairs (untrained head: 50.0%) right" in line
+    assert "PPO over-optimised it in 1 of 1 seed(s)" in line
+    lines = headline_block(suite)
+    assert lines[-2] == line and lines[-1].startswith("PPO's four networks")
+
+
+def test_the_reward_model_line_of_an_unlearned_reward_model_says_so(suite: Path) -> None:
+    line = reward_model_line(load_suite(_with_reward_model(suite, 0.52)))
+    assert line is not None and line.startswith("PPO (reward model)'s reward model did not learn: it ranks held-out "
+                                                "pairs 52.0% [")
+    assert line.endswith("so that arm is marked 'reward model did not learn'.")
+    assert "over-optimised" not in line

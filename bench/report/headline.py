@@ -2,8 +2,9 @@
 
 One line for the set-up (model, task, budget); one per contestant method (its mean accuracy over seeds with a 95%
 interval, its change from the start with the McNemar test against the start, Holm-adjusted in that family, and its
-peak memory with the reading's source); and one sentence on what PPO's four networks cost and bought against GRPO
-on the same engine. Every number comes from a table further down the page, and no sentence says more than its
+peak memory with the reading's source); where PPO trained against the learned reward model, one line on what that
+reward model is (its held-out pair accuracy beside its untrained head's) and in how many seeds PPO over-optimised
+it; and one sentence on what PPO's four networks cost and bought against GRPO on the same engine. Every number comes from a table further down the page, and no sentence says more than its
 test: a difference the test cannot tell from zero reads as "not distinguishable".
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bench.report import fmt, seeds, tables
+from bench.report import dynamics, fmt, reward_check, seeds, tables
 from bench.report.findings import accuracy, headline_mode
 from bench.report.load import Run, Suite
 from bench.scoring import stats
@@ -181,11 +182,37 @@ def ppo_sentence(suite: Suite) -> str | None:
     return f"PPO's four networks (actor, critic, reward model, reference) cost {cost} and bought {bought} against {b}."
 
 
+def reward_model_line(suite: Suite) -> str | None:
+    """What the PPO arm trained against: the reward model's held-out pair accuracy (95% Wilson, n pairs, beside
+    its untrained head) and the seeds in which its score rose while the verifier's reward fell (the
+    over-optimisation table's warnings); None without an ok run trained against a reward model or without the
+    stage's check. A reader quoting PPO (reward model)'s accuracy quotes PPO against this reward model."""
+    check = reward_check.reward_model_check(suite.runs)
+    runs = [r for r in suite.methods if r.status == "ok" and reward_check.uses_reward_model(r)]
+    if check is None or not runs:
+        return None
+    names = fmt.display_names(suite.methods)
+    warnings = dynamics.overoptimisation_table(suite).warnings
+    hacked = [r for r in runs if any(w.startswith(f"{names[r.run_id]}: reward over-optimisation:") for w in warnings)]
+    name = runs[0].label.removesuffix(f" [{runs[0].flag}]") if runs[0].flag else runs[0].label
+    learned = "learned" if check["learned"] else "did not learn"
+    line = (f"{name}'s reward model {learned}: it ranks held-out pairs {reward_check.interval_text(check)} right")
+    if not check["learned"]:
+        return line + f", so that arm is marked '{reward_check.FLAG}'."
+    return (line + f"; PPO over-optimised it in {len(hacked)} of {len(runs)} seed(s) (its reward-model score rose "
+            f"while the verifier's accuracy reward fell, beyond their noise: Reward over-optimisation), so that "
+            f"arm's accuracy measures PPO against this reward model; PPO (verifier reward) is PPO against the "
+            f"task's own reward.")
+
+
 def headline_block(suite: Suite) -> list[str]:
     """The block's lines in order (plain text; the writers add the markup), or [] without an ok method run."""
     if not _contestants(suite):
         return []
     lines = [setup_line(suite), *method_lines(suite)]
+    reward_line = reward_model_line(suite)
+    if reward_line:
+        lines.append(reward_line)
     sentence = ppo_sentence(suite)
     if sentence:
         lines.append(sentence)
