@@ -91,8 +91,8 @@ _ANSWER_OPEN = "<answer>"
 _ANSWER_CLOSE = "</answer>"
 _HASHES = re.compile(r"####\s*(" + _NUMBER_IN_TEXT.pattern + r")")
 _ANSWER_IS = re.compile(
-    r"the\s+(?:final\s+)?answer\s+is\s*:?\s*(" + _NUMBER_IN_TEXT.pattern + r")", re.IGNORECASE
-)
+    r"the\s+(?:final\s+)?answer\s+is\s*(?::\s*)?(" + _NUMBER_IN_TEXT.pattern + r")", re.IGNORECASE
+)  # "\s*(?::\s*)?", not "\s*:?\s*": the same text, but two adjacent \s* split a run of spaces every way (cubic)
 _BOXED = re.compile(r"\\boxed\{\s*(" + _NUMBER_IN_TEXT.pattern + r")\s*\}")
 # An HTML/XML-like tag: "<" directly followed by a letter (so "3 < 5 and 7 > 2" is not a tag).
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9_-]*(?:\s[^<>]*)?/?>")
@@ -142,13 +142,12 @@ def _last_answer_block(text: str) -> str | None:
     for nested tags (``<answer><answer>5</answer></answer>``) that is the innermost block, ``5``.
     """
     close = text.rfind(_ANSWER_CLOSE)
-    while close != -1:
-        start = text.rfind(_ANSWER_OPEN, 0, close)
-        if start != -1:
-            return text[start + len(_ANSWER_OPEN):close]
-        # A closing tag with no opening before it: look for an earlier closing one.
-        close = text.rfind(_ANSWER_CLOSE, 0, close)
-    return None
+    if close == -1:
+        return None
+    # No opening tag before the last closing one means none before any earlier closing one either: one search
+    # each way (searching again before every earlier closing tag was quadratic on a line of closing tags).
+    start = text.rfind(_ANSWER_OPEN, 0, close)
+    return None if start == -1 else text[start + len(_ANSWER_OPEN):close]
 
 
 # Signs written as words or as typeset dashes (see the module docstring), in sign position only: not right after a
@@ -201,8 +200,10 @@ _LMEVAL_FILTERS: dict[str, tuple[re.Pattern[str], int]] = {
 }
 LMEVAL_FALLBACK = "[invalid]"
 """What lm-eval's regex filter returns when nothing matches (never equal to a reference)."""
-LMEVAL_IGNORE = (",", r"\$", r"(?s).*#### ", r"\.$")
-"""exact_match's regexes_to_ignore for GSM8K, applied in this order to prediction and reference."""
+LMEVAL_IGNORE = (",", r"\$", r"(?s)\A.*#### ", r"\.$")
+"""exact_match's regexes_to_ignore for GSM8K, applied in this order to prediction and reference. lm-eval writes the
+third ``(?s).*#### ``; anchored at the start (``\A``) it removes the same text (the one match there is, greedy, up to
+the last ``#### ``) in one pass, where unanchored re.sub retries ``.*`` from every later position: quadratic."""
 
 
 def resolve_mode(mode: str) -> str:
@@ -239,8 +240,10 @@ def lmeval_normalize(text: str) -> str:
     return text.lower()
 
 
-GOLD_LINE = re.compile(r"^\s*####\s*(.*?)\s*$", re.MULTILINE)
-"""A GSM8K worked answer's final line, ``#### N`` (the text after ``####`` is group 1)."""
+GOLD_LINE = re.compile(r"^[^\S\n]*####\s*(.*?)\s*$", re.MULTILINE)
+"""A GSM8K worked answer's final line, ``#### N`` (the text after ``####`` is group 1). Before ``####`` only
+spaces within the line: a match that began on an earlier blank line ends at the same ``####`` with the same group,
+but let every line start of a run of blank lines scan the whole run (quadratic)."""
 
 
 def gold_number(answer: str) -> str:
