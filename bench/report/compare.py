@@ -251,8 +251,7 @@ Differences are each folder minus the first ({{ names[0] }}).</p>
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    def cell(text: Any) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
+    cell = fmt.md_text  # result data shown as written: never raw HTML, a split cell or an ended row
 
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
@@ -272,11 +271,12 @@ def compare_markdown(suites: list[Suite]) -> str:
     names = _names(suites)
     differ, same = environment_rows(suites)
     header, rows = headline_rows(suites)
-    parts = [f"# Comparison: {' vs '.join(names)}", "",
-             "Folders: " + ", ".join(f"`{s.suite_dir.resolve()}`" for s in suites)
-             + f". Differences are each folder minus the first ({names[0]}).", "", "## Environment differences", ""]
+    parts = [fmt.md_text(f"# Comparison: {' vs '.join(names)}"), "",
+             "Folders: " + ", ".join(fmt.md_code(s.suite_dir.resolve()) for s in suites)
+             + f". Differences are each folder minus the first ({fmt.md_text(names[0])}).", "",
+             "## Environment differences", ""]
     parts += [_md_table(["field", *names], differ) if differ else "None recorded.", "", "## Headline numbers", "",
-              _md_table(header, rows), ""] + [f"- {n}" for n in mode_notes(suites)]
+              _md_table(header, rows), ""] + [f"- {fmt.md_text(n)}" for n in mode_notes(suites)]
     parts += ["", "## Environment in common", ""]
     parts += [_md_table(["field", "value"], [r[:2] for r in same]) if same else "Nothing in common was recorded.", ""]
     return "\n".join(parts)

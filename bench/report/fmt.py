@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,63 @@ def num(value: Any) -> float | None:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+# --- text written into other formats ------------------------------------------------------------------------
+CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet reads a cell that starts with one of these as a formula (OWASP's CSV injection list)."""
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text, never runs: a string starting with a formula character
+    (:data:`CSV_FORMULA_STARTS`, a label such as ``=HYPERLINK(...)``) gets a leading ``'`` (OWASP). Numbers, and a
+    string that is one plain number (``-0.5``), are left as they are: a spreadsheet reads them as the number. A
+    carriage return inside a cell becomes a newline: the writers end lines with ``\\n`` and so quote a cell that
+    holds one, but not a cell holding a bare ``\\r``, which a reader takes as the end of the row."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(CSV_FORMULA_STARTS) and not _PLAIN_NUMBER.fullmatch(value):
+        value = "'" + value
+    return value.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def csv_frame(frame: Any) -> Any:
+    """A copy of the DataFrame ``frame`` with :func:`csv_cell` applied to its text columns (numbers untouched)."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype == object:
+            frame[column] = frame[column].map(csv_cell, na_action="ignore")
+    return frame
+
+
+class Markdown(str):
+    """Text that is already Markdown, built here (a code span): :func:`md_text` leaves it as it is."""
+
+
+_MD_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def md_text(text: Any) -> str:
+    """``text`` (a cell or a line of summary.md or compare.md, result data in it) as Markdown that shows it as
+    written: ``&`` as an entity, ``<`` as one where it could open raw HTML, an autolink or a comment (before a
+    letter, ``/``, ``!`` or ``?``: a label ``<script>`` is shown, not run; ``p < 0.05`` is text already; with no
+    tag opened, a ``>`` closes nothing and is left as written: ``30.0% > 20.0%``),
+    ``|`` as ``&#124;`` (a table cell ends at a pipe, escaped by a backslash or not) and a newline as a space (it
+    would end the row or the line)."""
+    if isinstance(text, Markdown):
+        return str(text).replace("\n", " ")
+    text = str(text).replace("&", "&amp;")
+    return _MD_TAG_START.sub("&lt;", text).replace("|", "&#124;").replace("\n", " ")
+
+
+def md_code(text: Any) -> Markdown:
+    """``text`` as a Markdown code span (shown as written, entities too): fenced by one more backtick than its
+    longest run of them, ``|`` as ``\\|`` (what a table cell's code span needs) and a newline as a space."""
+    text = str(text).replace("\n", " ").replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return Markdown(f"{fence}{pad}{text}{pad}{fence}")
 
 
 # --- scoring modes -----------------------------------------------------------------------------------------

@@ -216,7 +216,7 @@ def csv_text(suite: Suite) -> str:
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rank_memory_rows(suite):
-        writer.writerow({k: "" if row.get(k) is None else row[k] for k in CSV_COLUMNS})
+        writer.writerow({k: "" if row.get(k) is None else fmt.csv_cell(row[k]) for k in CSV_COLUMNS})
     return out.getvalue()
 
 

@@ -78,8 +78,9 @@ def _changed_text(run: Any) -> str:
 
 
 def _md_cell(text: str) -> str:
-    # A pipe would split the cell and a newline would end the row.
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A cell or a line of summary.md as Markdown that shows it as written (fmt.md_text): result data in it (a label
+    ``<script>``, a pipe, a newline) is shown, never run as HTML, split into cells or ending the row."""
+    return fmt.md_text(text)
 
 
 def warning_lines(warnings: list[str]) -> list[str]:
@@ -173,7 +174,7 @@ def findings_lines(suite: Suite) -> list[str]:
 
 def cite_lines(suite: Suite) -> list[str]:
     return ["## Cite this run", "", INTROS["cite"], "",
-            _md_table(["field", "value"], [[k, f"`{v}`" if k.startswith("command") and v != "not recorded" else v]
+            _md_table(["field", "value"], [[k, fmt.md_code(v) if k.startswith("command") and v != "not recorded" else v]
                                            for k, v in citation.citation(suite)]), ""]
 
 
@@ -199,8 +200,8 @@ def summary_markdown(suite: Suite) -> str:
     """The summary.md text, in the page's order: findings, claims check, headline, citation, then the details
     (results per run, across seeds, paired tests, what differs, networks, throughput, phases, per-phase memory,
     stages, max lengths, generation settings) and notes on sources."""
-    parts = [f"# Benchmark summary: {suite.preset} · {citation.run_title(suite)}", "",
-             fmt.cap_text(citation.run_description(suite)), ""]
+    parts = [_md_cell(f"# Benchmark summary: {suite.preset} · {citation.run_title(suite)}"), "",
+             _md_cell(fmt.cap_text(citation.run_description(suite))), ""]
     parts += [f"> {_md_cell(p)}" for p in suite.problems] + ([""] if suite.problems else [])
     parts += glance_lines(suite)
     parts += findings_lines(suite)
@@ -247,7 +248,7 @@ def summary_markdown(suite: Suite) -> str:
                               "; ".join(f"{k}={v}" for k, v in s["metrics"]) or fmt.MISSING] for s in stages]), ""]
     parts += _md_section("Max lengths and truncation", "lengths", detail["lengths"])
     parts += _md_section("Generation settings", "generation", detail["generation"])
-    parts += ["## Notes on sources", ""] + [f"- {n}" for n in tables.notes(suite)] + [""]
+    parts += ["## Notes on sources", ""] + [f"- {_md_cell(n)}" for n in tables.notes(suite)] + [""]
     return "\n".join(parts)
 
 
@@ -258,7 +259,7 @@ def _phase_section(suite: Suite) -> list[str]:
         return []
     notes_ = phase_times.phase_notes(suite)
     return (["## Time per phase", "", "Exclusive seconds per phase (bench.telemetry).", "", _md_table(header, rows), ""]
-            + [f"- {n}" for n in notes_] + ([""] if notes_ else []))
+            + [f"- {_md_cell(n)}" for n in notes_] + ([""] if notes_ else []))
 
 
 def write_summary(suite: Suite, path: Path) -> Path:

@@ -36,7 +36,8 @@ def write_csv(suite: Suite, path: Path) -> Path:
     A value that was not measured is an empty cell, never 0. Beside it, for a suite with a multi-process run,
     memory_per_rank.csv (bench.report.ranks: one row per run, memory source and rank, in bytes).
     """
-    text = results_frame(suite).to_csv(index=False, na_rep="", lineterminator="\n")
+    # Text cells a spreadsheet would run as formulas (a label '=HYPERLINK(...)') are written as text: fmt.csv_cell.
+    text = fmt.csv_frame(results_frame(suite)).to_csv(index=False, na_rep="", lineterminator="\n")
     ranks.write_rank_csv(suite, Path(path).parent / ranks.CSV_FILE)
     return fmt.write_text_atomic(path, text)  # never a half-written (or 0-byte) results.csv
 
