@@ -1,6 +1,14 @@
 """`python -m bench` is the `bench` command."""
 
+import os
 import sys
+
+try:
+    os.getcwd()
+except FileNotFoundError:  # the folder it was started from was deleted: every import and relative path would fail
+    print("bench: error: the current folder no longer exists (it was deleted or moved); cd to an existing folder "
+          "and run the command again", file=sys.stderr)
+    sys.exit(2)
 
 try:
     from bench.cli import main

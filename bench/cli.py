@@ -300,6 +300,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bench` console script."""
     try:
+        os.getcwd()
+    except FileNotFoundError:  # as in bench/__main__.py: a deleted working folder, before anything resolves a path
+        print("bench: error: the current folder no longer exists (it was deleted or moved); cd to an existing "
+              "folder and run the command again", file=sys.stderr)
+        return 2
+    try:
         args = build_parser().parse_args(argv)  # inside: a Ctrl-C while the parser's modules import is one line too
         check_paths(args)  # every path argument, one line each, before the command reads or writes anything
         code = args.func(args)

@@ -1,0 +1,47 @@
+"""Paths the run is given, by the command line or the environment, checked before anything is made.
+
+- a working folder that was deleted is one line (exit 2) before any import resolves a path;
+- an --out whose deepest file would be too long a path for the filesystem is one line before anything is made;
+- BENCH_MODEL_CACHE, BENCH_CACHE_DIR and XDG_CACHE_HOME get the check --cache gets (a file is not a folder).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bench(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+           shell_prefix: str = "") -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                **(env or {})}
+    if shell_prefix:
+        command = shell_prefix + " exec " + " ".join(f"'{a}'" for a in (sys.executable, "-m", "bench", *args))
+        return subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=full_env, timeout=120)
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, env=full_env,
+                          timeout=120, cwd=cwd or REPO)
+
+
+def _one_line(proc: subprocess.CompletedProcess[str], *words: str) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", [("run", "--preset", "cpu-quick", "--out", "/tmp/never-made"),
+                                  ("presets",), ("report", "x")])
+def test_a_deleted_working_folder_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    proc = _bench(*args, shell_prefix=f"cd '{gone}' && rmdir '{gone}' &&")
+    _one_line(proc, "current folder no longer exists", "cd to an existing folder")
+    assert not Path("/tmp/never-made").exists()
