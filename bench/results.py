@@ -436,7 +436,32 @@ def _ok_problems(data: dict[str, Any]) -> list[str]:
     if bad:
         problems.append(f"non-finite number(s) where a measurement belongs: {', '.join(bad[:5])}"
                         + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
+    words = [key for section in MEASURED for key in text_keys(data.get(section), section)]
+    if words:
+        problems.append(f"text where a measurement belongs: {', '.join(words[:5])}"
+                        + (f" and {len(words) - 5} more" if len(words) > 5 else ""))
     return problems
+
+
+TEXT_FIELDS = frozenset({"source", "kind", "kinds", "baseline_at", "peak_scope", "timing", "prompt_style", "method",
+                         "reason", "verdict", "shared_with", "type", "message", "memory_at_failure", "note", "where",
+                         "excluded_from", "scope", "unit", "device", "name"})
+"""Keys of the measured sections (:data:`MEASURED`) that hold words by the schema (a memory source, the timing
+window, a verdict): text under any other key is not a measurement (``tokens_per_s: "fast"``)."""
+
+
+def text_keys(value: Any, prefix: str = "", depth: int = 0) -> list[str]:
+    """Dotted keys of the strings in ``value`` outside :data:`TEXT_FIELDS` (nested dicts and lists, 32 levels)."""
+    if isinstance(value, str):
+        return [prefix or "(the value)"]
+    if depth >= 32:
+        return []
+    if isinstance(value, dict):
+        return [k for key, item in value.items() if key not in TEXT_FIELDS
+                for k in text_keys(item, f"{prefix}.{key}" if prefix else str(key), depth + 1)]
+    if isinstance(value, list):
+        return [k for i, item in enumerate(value) for k in text_keys(item, f"{prefix}[{i}]", depth + 1)]
+    return []
 
 
 MEASURED = ("accuracy", "memory", "throughput", "phases", "training_change")

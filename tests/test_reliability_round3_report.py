@@ -131,3 +131,23 @@ def test_a_command_is_a_code_span_whatever_it_holds() -> None:
     assert fmt.md_code("a `b` | <c>") == "``a `b` \\| <c>``"
     assert fmt.md_code("`b`") == "`` `b` ``"
     assert fmt.md_text(fmt.md_code("<c>")) == "`<c>`"
+
+
+# -- measured sections hold numbers ---------------------------------------------------------------------------
+@pytest.mark.parametrize("section, key, value", [
+    ("throughput", "tokens_per_s", "fast"), ("memory", "peak_bytes", "lots"), ("throughput", "wall_s", "1 min"),
+    ("phases", "generation", {"time_s": "long", "count": 3}), ("training_change", "params_changed_fraction", "all"),
+])
+def test_text_where_a_number_belongs_marks_the_result_malformed(tmp_path: Path, section: str, key: str,
+                                                               value: Any) -> None:
+    from bench.results import result_problems
+
+    suite = write_suite(tmp_path, methods=("grpo", "dpo"))
+    _edit(suite, "grpo-s0", lambda r: r[section].update({key: value}))
+    result = json.loads((suite / "runs" / "grpo-s0" / "result.json").read_text())
+    problems = result_problems(result)  # what --resume asks before it reuses a run: this one is run again
+    assert any("text where a measurement belongs" in p and f"{section}.{key}" in p for p in problems), problems
+    build_report(suite)
+    row = next(r for r in _rows(suite / "results.csv") if r["run_id"] == "grpo-s0")
+    assert row["status"] == "failed" and f"{section}.{key}" in row["error"]
+    assert not result_problems(json.loads((suite / "runs" / "dpo-s0" / "result.json").read_text()))
