@@ -443,19 +443,35 @@ def _ok_problems(data: dict[str, Any]) -> list[str]:
     return problems
 
 
-TEXT_FIELDS = frozenset({"source", "kind", "kinds", "baseline_at", "peak_scope", "timing", "prompt_style", "method",
-                         "reason", "verdict", "shared_with", "type", "message", "memory_at_failure", "note", "where",
-                         "excluded_from", "scope", "unit", "device", "name"})
-"""Keys of the measured sections (:data:`MEASURED`) that hold words by the schema (a memory source, the timing
-window, a verdict): text under any other key is not a measurement (``tokens_per_s: "fast"``)."""
+NUMBER_SUFFIXES = ("_bytes", "_s", "_per_s", "_rate", "_fraction", "_ratio", "_params", "_tokens", "_pairs")
+NUMBER_KEYS = frozenset({"steps", "completions", "count", "accuracy", "correct", "total", "low", "high",
+                         "n_questions", "processes", "rank", "params", "floor", "weight_decay_floor", "prompts"})
+"""Keys of the measured sections (:data:`MEASURED`) that hold a number by the schema (peak_bytes, tokens_per_s,
+time_s, the scores): text under one (``tokens_per_s: "fast"``) is not a measurement. Other keys (a memory source, the
+timing window, a verdict, a list of sources) hold words by design and are left alone."""
+
+
+def _is_number_key(key: Any) -> bool:
+    return isinstance(key, str) and (key in NUMBER_KEYS or key.endswith(NUMBER_SUFFIXES))
 
 
 def text_keys(value: Any, prefix: str = "", depth: int = 0) -> list[str]:
-    """Dotted keys of the strings in ``value`` outside :data:`TEXT_FIELDS` (nested dicts and lists, 32 levels)."""
-    if isinstance(value, str):
-        return [prefix or "(the value)"]
+    """Dotted keys of the strings in ``value`` held under a number's key (:func:`_is_number_key`; nested dicts and
+    lists, 32 levels at most)."""
     if depth >= 32:
         return []
+    if isinstance(value, dict):
+        out = []
+        for key, item in value.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(item, str) and _is_number_key(key):
+                out.append(name)
+            elif isinstance(item, (dict, list)):
+                out += text_keys(item, name, depth + 1)
+        return out
+    if isinstance(value, list):
+        return [k for i, item in enumerate(value) for k in text_keys(item, f"{prefix}[{i}]", depth + 1)]
+    return []
     if isinstance(value, dict):
         return [k for key, item in value.items() if key not in TEXT_FIELDS
                 for k in text_keys(item, f"{prefix}.{key}" if prefix else str(key), depth + 1)]
