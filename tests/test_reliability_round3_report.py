@@ -151,3 +151,40 @@ def test_text_where_a_number_belongs_marks_the_result_malformed(tmp_path: Path, 
     row = next(r for r in _rows(suite / "results.csv") if r["run_id"] == "grpo-s0")
     assert row["status"] == "failed" and f"{section}.{key}" in row["error"]
     assert not result_problems(json.loads((suite / "runs" / "dpo-s0" / "result.json").read_text()))
+
+
+# -- the loader reads only the suite folder's own plain files -------------------------------------------------
+def test_a_linked_runs_folder_is_not_read(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    suite, outside = write_suite(tmp_path, name="a"), write_suite(tmp_path, name="outside")
+    import shutil
+
+    shutil.rmtree(suite / "runs")
+    (suite / "runs").symlink_to(outside / "runs")
+    loaded = load_suite(suite)
+    assert all(r.status == "not_run" for r in loaded.runs)
+    assert any(p.startswith("runs/ is a symbolic link") for p in loaded.problems)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "skipped" in err[0] and "symbolic link" in err[0]
+
+
+def test_a_linked_result_or_verdicts_file_is_not_read(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    suite, outside = write_suite(tmp_path, name="b"), write_suite(tmp_path, name="outside")
+    (suite / "runs" / "grpo-s0" / "result.json").unlink()
+    (suite / "runs" / "grpo-s0" / "result.json").symlink_to(outside / "runs" / "grpo-s0" / "result.json")
+    (suite / "runs" / "ppo-s0" / "eval_after.jsonl").unlink()
+    (suite / "runs" / "ppo-s0" / "eval_after.jsonl").symlink_to(outside / "runs" / "ppo-s0" / "eval_after.jsonl")
+    loaded = load_suite(suite)
+    runs = {r.run_id: r for r in loaded.runs}
+    assert runs["grpo-s0"].status == "not_run" and "symbolic link" in (runs["grpo-s0"].note or "")
+    assert runs["ppo-s0"].verdicts is None
+    assert "skipped 2 path(s)" in capsys.readouterr().err
+
+
+def test_a_result_file_past_the_cap_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.report import load
+
+    suite = write_suite(tmp_path, methods=("grpo",))
+    monkeypatch.setattr(load, "MAX_RESULT_BYTES", 1000)
+    loaded = load.load_suite(suite)
+    grpo = next(r for r in loaded.runs if r.run_id == "grpo-s0")
+    assert grpo.status == "not_run" and "larger than" in (grpo.note or "")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,9 @@ every mapping key): a name is repeated in many rows, figures and tables, so a 5,
 DESCRIPTION_LIMIT = 1000
 """Characters kept of suite.json's description (a preset's description is at most this long)."""
 NAME_FIELDS = ("run_id", "kind", "method", "label", "engine", "status")
+MAX_RESULT_BYTES = 64 * 2**20
+"""Largest result.json (or suite.json, report_settings.json) the report reads: the suite's biggest results (a
+long run's curves) are a few MB; a larger file was not written by a run and is left out, not read whole."""
 _MAX_DEPTH = 64
 """Nesting kept of a file's data; deeper values are dropped (no result the suite writes goes past 10)."""
 
@@ -86,10 +90,34 @@ def _clean_result(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def not_plain(path: Path, kind: str) -> str | None:
+    """Why the report does not read ``path`` (None when it may, or when it does not exist): a symbolic link
+    (its results would be another folder's, shown as this suite's) or not a plain ``kind`` (file / folder)."""
+    import os
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symbolic link (to {fmt.cap_text(target, 200)!r})"
+    plain = stat.S_ISREG(mode) if kind == "file" else stat.S_ISDIR(mode)
+    return None if plain else f"is not a plain {kind}"
+
+
 def _read_json(path: Path) -> Any:
     """A JSON file's data, or raises ValueError / OSError (not UTF-8, not JSON, nested too deeply)."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_RESULT_BYTES + 1)
+    if len(data) > MAX_RESULT_BYTES:
+        raise ValueError(f"larger than {MAX_RESULT_BYTES // 2**20} MB")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(data.decode("utf-8"))
     except RecursionError:
         raise ValueError("nested too deeply") from None
 
@@ -156,12 +184,25 @@ def load_suite(suite_dir: Path) -> Suite:
             planned.append({**entry, "id": run_id})
     listed = {p["id"] for p in planned}
     runs_root = suite_dir / RUNS_DIR
-    if runs_root.is_dir():
+    linked = not_plain(runs_root, "folder")
+    if linked:  # `bench run` refuses a linked runs/ too: results from elsewhere are not this suite's
+        problems.append(f"{RUNS_DIR}/ {linked}; no result under it was read (the report reads only plain folders "
+                        f"and files inside the suite folder)")
+    elif runs_root.is_dir():
         for child in sorted(runs_root.iterdir()):
-            if child.is_dir() and child.name not in listed and (child / RESULT_FILE).exists():
+            if (child.is_dir() and not child.is_symlink() and child.name not in listed
+                    and (child / RESULT_FILE).exists()):
                 planned.append({"id": child.name})
 
-    runs = [_load_run(runs_root / p["id"], p, problems) for p in planned]
+    if linked:
+        runs = [Run(run_id=p["id"], result=_placeholder(p["id"], p), note=f"not read: {RUNS_DIR}/ {linked}")
+                for p in planned]
+    else:
+        runs = [_load_run(runs_root / p["id"], p, problems) for p in planned]
+    skipped = [p for p in problems if " not read" in p or p.startswith(f"{RUNS_DIR}/ ")]
+    if skipped:  # on the page too (problems); here so that `bench report` says it where it was run
+        print(f"bench: note: the report skipped {len(skipped)} path(s): {skipped[0]}"
+              + (f" (and {len(skipped) - 1} more, listed on the page)" if len(skipped) > 1 else ""), file=sys.stderr)
     flag_unlearned(runs)  # a method trained against a reward model that did not learn says so in its label
     spec = meta.get("spec") if isinstance(meta.get("spec"), dict) else None
     if not spec:
@@ -208,15 +249,22 @@ def _load_run(run_dir: Path, plan: dict[str, Any], problems: list[str]) -> Run:
     path = run_dir / RESULT_FILE
     data: Any = None
     note: str | None = None
-    if not path.exists():
+    outside = not_plain(run_dir, "folder") or not_plain(path, "file")
+    if outside:
+        note = f"result.json not read: {outside}"
+        problems.append(f"{run_id}: {note}; the report reads only plain files inside the suite folder")
+    elif not path.exists():
         note = "not run yet"
     else:
         try:
             data = _read_json(path)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
             data = None
+            if "larger than" in str(exc):
+                note = f"result.json not read: {exc}"
+                problems.append(f"{run_id}: {note}; a run writes a few MB at most")
         if not isinstance(data, dict):
-            note = "result.json unreadable"
+            note = note or "result.json unreadable"
             data = None
         elif data.get("schema_version") != SCHEMA_VERSION:
             note = f"result.json has schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}"
@@ -267,8 +315,12 @@ def _fill_dict_defaults(result: dict[str, Any]) -> None:
 def _load_verdicts(run_dir: Path, result: dict[str, Any], problems: list[str]) -> list[dict[str, Any]] | None:
     """Per-question lines of the after-training evaluation without their text, or None when the run wrote none."""
     names = [result["eval_file"]] if isinstance(result.get("eval_file"), str) and result["eval_file"] else EVAL_FILES
-    path = next((run_dir / n for n in names if (run_dir / n).is_file()), None)
+    path = next((run_dir / n for n in names if is_run_id(n) and (run_dir / n).is_file()), None)
     if path is None:
+        return None
+    outside = not_plain(path, "file")
+    if outside:  # one file name inside the run folder, not a link out of it
+        problems.append(f"{run_dir.name}: {path.name} not read: {outside}; left out of the paired tests")
         return None
     return read_verdicts(path, problems, label=run_dir.name)
 
