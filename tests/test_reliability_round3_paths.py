@@ -45,3 +45,29 @@ def test_a_deleted_working_folder_is_one_line(tmp_path: Path, args: tuple[str, .
     proc = _bench(*args, shell_prefix=f"cd '{gone}' && rmdir '{gone}' &&")
     _one_line(proc, "current folder no longer exists", "cd to an existing folder")
     assert not Path("/tmp/never-made").exists()
+
+
+def _long_path(root: Path, length: int) -> str:
+    path = str(root / "p")
+    while len(path) < length - 210:
+        path += "/" + "d" * 200
+    return path + "/" + "e" * max(1, length - len(path) - 1)
+
+
+@pytest.mark.parametrize("length", [4094, 4059, 3990])
+def test_an_out_too_long_for_the_deepest_file_is_one_line_before_anything_is_made(tmp_path: Path,
+                                                                                   length: int) -> None:
+    out = _long_path(tmp_path, length)
+    assert len(out) == length
+    proc = _bench("run", "--preset", "cpu-quick", "--out", out)
+    _one_line(proc, "too long a path", "give a shorter --out")
+    assert not (tmp_path / "p").exists()  # no runs/, no suite.json, no folder
+
+
+def test_a_name_too_long_at_write_time_is_one_line() -> None:
+    import errno
+
+    from bench.config.outputs import write_failure
+
+    message, status = write_failure(OSError(errno.ENAMETOOLONG, "File name too long", "/x/y"))
+    assert status == 2 and "File name too long" in message and "shorter path" in message

@@ -19,7 +19,8 @@ from typing import Callable
 from bench.config.paths import shown
 from bench.errors import UserError
 
-WRITE_ERRNOS = {errno.EROFS: 2, errno.EACCES: 2, errno.EPERM: 2, errno.ENOSPC: 1, errno.EDQUOT: 1, errno.EIO: 1}
+WRITE_ERRNOS = {errno.EROFS: 2, errno.EACCES: 2, errno.EPERM: 2, errno.ENAMETOOLONG: 2, errno.ENOSPC: 1,
+                errno.EDQUOT: 1, errno.EIO: 1}
 """A failed write that is the machine's, not the suite's (a read-only or full disk, no permission, a console gone),
 and the exit status it ends with: 2 for a place the user cannot write (a mistake, nothing useful written), 1 for a
 disk that filled up or failed on the way (as a full disk during `bench run`)."""
@@ -98,5 +99,6 @@ def write_failure(exc: OSError) -> tuple[str, int] | None:
         return None
     where = f"'{shown(exc.filename)}'" if exc.filename else "the output (standard output or a file)"
     advice = ("free space there, or write elsewhere" if status == 1
+              else "give a shorter path (e.g. a folder under /tmp)" if exc.errno == errno.ENAMETOOLONG
               else "give a folder you can write to (e.g. under /tmp)")
     return f"cannot write {where} ({exc.strerror or os.strerror(exc.errno or 0)}); {advice}", status

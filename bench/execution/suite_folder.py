@@ -49,10 +49,36 @@ def check_run_folders(suite_dir: Path, runs: list[PlannedRun]) -> None:
                             f"the suite writes only inside '{shown(suite_dir)}': move it away or choose another --out")
 
 
+DEEPEST_IN_RUN = 128
+"""Bytes a run folder's deepest path adds below it, kept free: its saved model (model/), trainer checkpoints and
+the temporary names of atomic writes (.NAME.XXXXXXXX.tmp) are all shorter."""
+
+
+def check_path_length(suite_dir: Path, runs: list[PlannedRun]) -> None:
+    """The deepest file the run writes (SUITE_DIR/runs/<longest run id>/ plus :data:`DEEPEST_IN_RUN`) is a path the
+    filesystem takes (PATH_MAX, 4,096 bytes on Linux); UserError (one line) with both lengths before anything is
+    made, instead of a crash at the first write after runs/ and suite.json exist."""
+    folder = Path(os.path.abspath(suite_dir))
+    longest = max((len(run.run_id.encode("utf-8", "surrogateescape")) for run in runs), default=0)
+    deepest = len(os.fsencode(folder)) + len(b"/runs/") + longest + 1 + DEEPEST_IN_RUN
+    base = folder
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    try:
+        limit = os.pathconf(base, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        limit = 4096
+    if deepest >= limit:
+        raise UserError(f"output folder '{shown(suite_dir)}' is too long a path: the run writes files up to "
+                        f"{deepest:,} bytes long under it, and the filesystem takes {limit - 1:,}; give a shorter "
+                        f"--out (at most {max(limit - 1 - (deepest - len(os.fsencode(folder))), 1):,} bytes)")
+
+
 def check_suite_dir(spec: Spec, suite_dir: Path, resume: bool) -> None:
-    """Refuse a folder that cannot take this run: one inside another suite folder; on --resume, one that is not a
-    suite folder or was made with a different spec; otherwise one that already holds something (a lock file alone
-    does not count)."""
+    """Refuse a folder that cannot take this run: a path too long for its deepest file; one inside another suite
+    folder; on --resume, one that is not a suite folder or was made with a different spec; otherwise one that
+    already holds something (a lock file alone does not count)."""
+    check_path_length(suite_dir, make_plan(spec))
     suite_file = suite_dir / SUITE_FILE
     outer = enclosing_suite(suite_dir.parent)
     if outer is not None:  # e.g. --out reports/a/runs/new: the other suite would carry a stranger in its folders
