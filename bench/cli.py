@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.config.paths import check_path, check_suite_folder, read_text, shown
+from bench.config.paths import check_environment_paths, check_path, check_suite_folder, read_text, shown
 from bench.errors import UserError
 from bench.execution.commands import resume_command
 
@@ -37,13 +37,19 @@ PATH_WORDS: dict[tuple[str, str], dict[str, str]] = {
     ("compare", "out"): {"hint": "give a new folder, e.g. --out reports/a-vs-b"},
 }
 """Advice and wording of a path's message where the default of its kind says less."""
+ENVIRONMENT_COMMANDS = ("run", "tune", "models", "data")
+"""Commands that read or write the caches the environment may name (bench.config.paths.CACHE_VARIABLES)."""
 MAX_CONFIG_BYTES = 16 << 20
 """Largest config file (--model's config.json) read to check that it is UTF-8."""
 
 
 def check_paths(args: argparse.Namespace) -> None:
-    """Raise the UserError of the first path argument of ``args.command`` that cannot be used (PATH_ARGUMENTS)."""
+    """Raise the UserError of the first path argument of ``args.command`` that cannot be used (PATH_ARGUMENTS), and
+    for a command that uses the caches, of a cache folder named by the environment (check_environment_paths)."""
     from bench.config.loading import MAX_PRESET_BYTES, is_preset_file
+
+    if getattr(args, "command", None) in ENVIRONMENT_COMMANDS:
+        check_environment_paths()
 
     for attr, kind, name in PATH_ARGUMENTS.get(getattr(args, "command", None), ()):
         value = getattr(args, attr, None)

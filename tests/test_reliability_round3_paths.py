@@ -71,3 +71,28 @@ def test_a_name_too_long_at_write_time_is_one_line() -> None:
 
     message, status = write_failure(OSError(errno.ENAMETOOLONG, "File name too long", "/x/y"))
     assert status == 2 and "File name too long" in message and "shorter path" in message
+
+
+@pytest.mark.parametrize("variable", ["BENCH_MODEL_CACHE", "BENCH_CACHE_DIR", "XDG_CACHE_HOME"])
+@pytest.mark.parametrize("args", [("models", "fetch", "smollm2-135m"), ("models", "list"),
+                                  ("run", "--preset", "cpu-quick", "--out", "OUT")])
+def test_a_cache_folder_from_the_environment_gets_the_command_lines_check(tmp_path: Path, variable: str,
+                                                                          args: tuple[str, ...]) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    args = tuple(str(tmp_path / "out") if a == "OUT" else a for a in args)
+    proc = _bench(*args, env={variable: str(a_file)})
+    _one_line(proc, f"${variable}", "is a file, not a folder", f"set {variable} to a folder")
+    assert not (tmp_path / "out").exists()
+
+
+def test_preflight_checks_the_environment_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.config.loading import load_spec
+    from bench.errors import UserError
+    from bench.execution.preflight import preflight
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(a_file))
+    with pytest.raises(UserError, match=r"\$BENCH_CACHE_DIR .* is a file, not a folder"):
+        preflight(load_spec("cpu-quick", []), tmp_path / "suite")

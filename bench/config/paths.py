@@ -205,3 +205,18 @@ def check_suite_folder(value: str | os.PathLike[str] | None, what: str) -> Path:
     if problems:
         raise UserError(f"{what} '{shown(path)}' is not a suite run folder ({problems[0]}); {hint}")
     return path
+
+
+CACHE_VARIABLES = ("BENCH_MODEL_CACHE", "BENCH_CACHE_DIR", "XDG_CACHE_HOME")
+"""Environment variables naming a folder the suite writes its caches into (bench.model.fetch.model_cache,
+bench.model.loading.cache_root): each gets the check the command line's --cache gets."""
+
+
+def check_environment_paths(environ: dict[str, str] | None = None) -> None:
+    """Every set :data:`CACHE_VARIABLES` is a folder to write (:func:`check_path`, ``out-dir``), or a UserError
+    (one line naming the variable): a file there fails minutes later, inside a fetch or a warm start."""
+    environ = os.environ if environ is None else environ
+    for name in CACHE_VARIABLES:
+        value = environ.get(name)
+        if value:
+            check_path(value, "out-dir", f"${name}", hint=f"set {name} to a folder (new or existing), or unset it")

@@ -40,6 +40,9 @@ def preflight(spec: Spec, suite_dir: Path, notes: TextIO | None = None) -> list[
     in ``suite_dir``: the CLI runs this before the runner creates the suite folder, so a failure here leaves no
     folder behind. Returns notes on what the data check dropped (also written to ``notes``, default stderr).
     """
+    from bench.config.paths import check_environment_paths
+
+    check_environment_paths()  # $BENCH_CACHE_DIR and the others: the check the command line's paths get
     check_device(spec)
     check_generation_backend(spec)
     check_output_dir(suite_dir)
