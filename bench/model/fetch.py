@@ -84,15 +84,16 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def check_folder(folder: Path, *, hashes: bool = True) -> str | None:
+def check_folder(folder: Path, *, hashes: bool = True, version: int | None = MANIFEST_VERSION) -> str | None:
     """None when ``folder`` holds a complete fetched model matching its manifest; else what is wrong (one phrase).
 
-    ``hashes`` False checks presence and sizes only (what a worker does before loading: milliseconds).
+    ``hashes`` False checks presence and sizes only (what a worker does before loading: milliseconds). ``version``
+    None: any manifest version (the suite's own builds, bench.model.loading.write_build_manifest).
     """
     manifest = read_manifest(folder)
     if manifest is None:
         return f"no readable {MANIFEST}" if folder.exists() else "not fetched yet"
-    if manifest.get("manifest_version") != MANIFEST_VERSION:
+    if version is not None and manifest.get("manifest_version") != version:
         return f"made by an older fetcher (manifest version {manifest.get('manifest_version')}, now {MANIFEST_VERSION})"
     for name, entry in manifest["files"].items():
         path = folder / name

@@ -29,6 +29,57 @@ def cache_root() -> Path:
     return base / "rlft-bench"
 
 
+BUILD_MANIFEST = "manifest.json"
+"""In every model folder the suite builds into its cache (tiny, architecture, random-init): each file's size and
+sha256, written last, as bench.model.fetch writes for a fetched model."""
+
+
+def write_build_manifest(folder: Path) -> None:
+    """``folder/manifest.json``: every file's size and sha256 (bench.model.fetch.sha256_file), written last."""
+    from bench.model.fetch import sha256_file
+
+    files = {path.name: {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+             for path in sorted(Path(folder).iterdir()) if path.is_file() and path.name != BUILD_MANIFEST}
+    (Path(folder) / BUILD_MANIFEST).write_text(json.dumps({"built_by": "bench", "files": files}, indent=1) + "\n",
+                                               encoding="utf-8")
+
+
+def build_problem(folder: Path) -> str | None:
+    """What is wrong with a cached build (None: it matches its manifest, sizes and hashes)."""
+    from bench.model.fetch import check_folder
+
+    try:
+        return check_folder(folder, hashes=True, version=None)
+    except OSError as exc:  # a file that cannot be read is as unusable as a truncated one
+        return f"unreadable ({exc.strerror or type(exc).__name__})"
+
+
+def cached_build(folder: Path) -> bool:
+    """Whether ``folder`` holds a cached build matching its manifest. A folder that does not (a truncated
+    model.safetensors or tokenizer.json, no manifest: an older suite's or a half-removed copy) is removed, to be
+    built again; one that cannot be removed is a UserError naming it and the fix."""
+    folder = Path(folder)
+    if not os.path.lexists(folder):
+        return False
+    problem = build_problem(folder)
+    if problem is None:
+        return True
+    import shutil
+    import sys
+
+    print(f"bench: note: the cached model at {folder} is not usable ({problem}); building it again",
+          file=sys.stderr, flush=True)
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            folder.unlink()
+        else:
+            shutil.rmtree(folder)
+    except OSError as exc:
+        raise UserError(f"the cached model at {folder} is not usable ({problem}) and cannot be removed "
+                        f"({exc.strerror}); delete that folder, or set BENCH_CACHE_DIR to another folder") from None
+    return False
+
+
 def settings_key(*parts: Any) -> str:
     """A short stable hash of JSON-able settings (cache folder names)."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
@@ -81,7 +132,7 @@ def tiny_model_dir(spec: Spec, corpus: list[str]) -> Path:
     # The corpus by content, not length: a corpus of the same size from other problems is another tokenizer.
     key = settings_key("tiny-v2", vars(tiny), vars(spec.task.synthetic), spec.seeds[0], settings_key(corpus))
     folder = cache_root() / "tiny-models" / key
-    if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
+    if cached_build(folder):
         return folder
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -107,6 +158,7 @@ def tiny_model_dir(spec: Spec, corpus: list[str]) -> Path:
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    write_build_manifest(tmp)
     folder.parent.mkdir(parents=True, exist_ok=True)
     if folder.exists():  # another process won the race; theirs is as good as ours
         import shutil
@@ -190,7 +242,7 @@ def architecture_model_dir(spec: Spec, corpus: list[str]) -> Path:
     key = settings_key("architecture-v2", model_spec.architecture, vars(model_spec.scale), spec.seeds[0],
                        model_spec.dtype, corpus_hash)
     folder = cache_root() / "architectures" / f"{model_spec.architecture}-{key}"
-    if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
+    if cached_build(folder):
         return folder
     tokenizer = build_tiny_tokenizer(corpus, STAND_IN_VOCAB)
     config = architecture_config(str(model_spec.architecture), model_spec.scale)
@@ -221,6 +273,7 @@ def _publish(folder: Path, model: Any, tokenizer: Any) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    write_build_manifest(tmp)
     try:
         os.replace(tmp, folder)
     except OSError:  # the folder exists (another process won the race): theirs is as good as ours
@@ -233,7 +286,7 @@ def random_init_dir(spec: Spec) -> Path:
 
     key = settings_key("config-v1", spec.model.name_or_path, spec.model.dtype, spec.seeds[0])
     folder = cache_root() / "random-init" / key
-    if (folder / "config.json").is_file():
+    if cached_build(folder):
         return folder
     import torch
 
