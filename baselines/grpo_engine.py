@@ -22,7 +22,8 @@ import torch
 
 from baselines import rl_math as M
 from baselines.common import matched_kl_coef, require_groups
-from baselines.rollout_engine import Engine, EngineConfig, engine_description, validate_engine
+from baselines.engine_config import EngineConfig, engine_description, validate_engine
+from baselines.rollout_engine import Engine
 from bench.execution.context import RunContext, TrainOutcome
 
 LABEL = "GRPO (suite engine)"

@@ -30,7 +30,9 @@ import torch
 
 from baselines import rl_math as M
 from baselines.common import matched_kl_coef
-from baselines.rollout_engine import Engine, EngineConfig, Rollout, engine_description, validate_engine
+from baselines.engine_config import EngineConfig, engine_description, validate_engine
+from baselines.engine_rollout import Rollout
+from baselines.rollout_engine import Engine
 from bench.execution.context import RunContext, TrainOutcome
 from bench.telemetry.monitors import group_monitors
 

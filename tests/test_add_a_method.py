@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from baselines import rl_math as M
-from baselines.rollout_engine import Engine, EngineConfig, engine_description, validate_engine
+from baselines.engine_config import EngineConfig, engine_description, validate_engine
+from baselines.rollout_engine import Engine
 from bench.errors import SpecError
 
 LABEL = "RLOO (suite engine)"

@@ -76,7 +76,7 @@ def _vllm_monitor_keys() -> set[str]:
     the monitor itself over one token (no vLLM here; tests/test_vllm_option.py checks their values)."""
     import torch
 
-    from baselines.rollout_engine import SamplerMismatch
+    from baselines.engine_rollout import SamplerMismatch
     from test_vllm_option import _batch
 
     monitor = SamplerMismatch(2)

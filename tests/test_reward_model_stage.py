@@ -158,7 +158,8 @@ def test_trainer_evaluation_and_ppo_score_the_same_tokens_at_the_same_position(t
     assert torch.allclose(scores.T.reshape(-1), trained_on, atol=1e-5)
 
     # PPO's read: the engine's reward_model_scores on a rollout holding the same prompt and completion tokens
-    from baselines.rollout_engine import Engine, Rollout, sequence_inputs
+    from baselines.engine_rollout import Rollout, sequence_inputs
+    from baselines.rollout_engine import Engine
 
     prompts = tokenizer([p["prompt"] for p in pairs], return_tensors="pt", padding=True, add_special_tokens=False)
     completions = [reward_model.pair_token_ids(tokenizer, p)["chosen_ids"][len(tokenizer(p["prompt"],

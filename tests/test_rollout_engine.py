@@ -266,7 +266,8 @@ def test_logprobs_match_the_sampling_distribution(tmp_path, model_dirs):
     """old_logp must be the log-prob under the distribution that sampled the token: same positions with left
     padding, logits / temperature, and the same value from the training-mode minibatch forward."""
     from baselines import rl_math as M
-    from baselines.rollout_engine import Engine, Rollout, sequence_inputs
+    from baselines.engine_rollout import Rollout, sequence_inputs
+    from baselines.rollout_engine import Engine
 
     ctx = _context(tmp_path, model_dirs, "ppo_verifier", ppo.Config(reward="verifier"))
     ctx.spec.generation.temperature = 0.7
@@ -349,20 +350,20 @@ def test_sampling_autocast_keeps_no_weight_cache(tmp_path, model_dirs, monkeypat
     """Under a bfloat16 spec the actor (fp32, requires_grad) generates under bf16 autocast with the weight cache
     off: a cached bf16 copy of every trained weight would stay resident for the whole generate call (13 GiB at
     7B). Training forwards keep the cache (their backward reuses the cast)."""
-    from baselines import rollout_engine
+    from baselines import engine_step, rollout_engine
 
     ctx = _context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config(beta=0.0))
     ctx.spec.model.dtype = "bfloat16"
     engine = rollout_engine.Engine(ctx, ctx.method_spec, kl_coef=0.0)
     assert any(p.dtype == torch.float32 and p.requires_grad for p in engine.actor.parameters())
     seen: list[tuple[bool, bool]] = []
-    original = rollout_engine.generate_with_logprobs
+    original = engine_step.generate_with_logprobs
 
     def recording(*args, **kwargs):
         seen.append((torch.is_autocast_enabled("cpu"), torch.is_autocast_cache_enabled()))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(rollout_engine, "generate_with_logprobs", recording)
+    monkeypatch.setattr(engine_step, "generate_with_logprobs", recording)
     batch = engine.sample(1)
     assert len(batch) == PROMPTS * G
     assert seen == [(True, False)]  # bf16 autocast on, its weight cache off

@@ -284,7 +284,7 @@ def test_trl_vllm_seam_times_and_counts_its_tokens() -> None:
 def _batch(sampler: Any) -> Any:
     import torch
 
-    from baselines.rollout_engine import Rollout
+    from baselines.engine_rollout import Rollout
 
     mask = torch.tensor([[True, True, False], [True, True, True]])
     empty = torch.zeros(2, 3, dtype=torch.long)
@@ -332,7 +332,7 @@ def test_sampler_mismatch_counts_each_row_once_before_the_update() -> None:
 
     import torch
 
-    from baselines.rollout_engine import SamplerMismatch
+    from baselines.engine_rollout import SamplerMismatch
 
     sampler = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
     batch = _batch(sampler)

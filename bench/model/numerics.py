@@ -71,7 +71,7 @@ def compute_autocast(model_dtype: str, device: str, cache: bool = True) -> conte
     """bf16 autocast on ``device`` ('cpu' | 'cuda' | 'cuda:N') when ``model_dtype`` is bfloat16, else nothing.
 
     ``cache``: torch.autocast's cache of bf16 casts of float32 leaf weights that require grad (useful when a
-    backward follows; generation turns it off, see ``baselines.rollout_engine.Engine.autocast``)."""
+    backward follows; generation turns it off, see ``baselines.engine_placement.Placement.autocast``)."""
     dtype = autocast_dtype(model_dtype)
     if dtype is None:
         return contextlib.nullcontext()
