@@ -12,7 +12,9 @@ Conventions shared by every function here:
 
 References: Schulman et al. 2017 (PPO), Schulman et al. 2016 (GAE), Huang et al. 2024 ("The N+
 Implementation Details of RLHF with PPO"), Shao et al. 2024 (DeepSeekMath, GRPO), Schulman 2020
-("Approximating KL divergence", the k1/k3 estimators).
+("Approximating KL divergence", the k1/k3 estimators); GRPO's successors: Ahmadian et al. 2024 (RLOO), Hu 2025
+(REINFORCE++), Liu et al. 2025 (Dr. GRPO), Yu et al. 2025 (DAPO), Zheng et al. 2025 (GSPO), MiniMax-M1 2025
+(CISPO), SAPO 2025.
 """
 
 from __future__ import annotations
@@ -139,24 +141,85 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 
 def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                        cliprange: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                        cliprange: float, cliprange_high: float | None = None
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's clipped surrogate, per token (aggregate it with ``loss_weights``).
 
     Shape: logp, old_logp, advantages (b, T) -> loss (b, T), stats of (b, T) detached per-token terms.
-    loss_t = max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - c, 1 + c)) with ratio_t = exp(logp_t - old_logp_t)
-    (TRL's GRPO writes the same as -min(ratio * A, clip(ratio) * A)).
+    loss_t = max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - c, 1 + c_high)) with ratio_t = exp(logp_t - old_logp_t)
+    (TRL's GRPO writes the same as -min(ratio * A, clip(ratio) * A)). ``cliprange_high`` None: c_high = c;
+    DAPO's clip-higher (Yu et al. 2025) raises it (0.28 against 0.2) so that unlikely tokens can grow.
     stats: clipfrac (1 where the clipped term is the larger, i.e. active), approx_kl = 0.5 (logp - old)^2
     (the quadratic form of the N+ details / TRL's PPO, not k3), ratio.
     """
-    log_ratio = logp - old_logp
+    return clipped_surrogate(logp - old_logp, advantages, cliprange, cliprange_high)
+
+
+def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float,
+                      eps_high: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The clipped surrogate on a given log importance ratio: token-level (b, T), or sequence-level (b, 1) from
+    ``importance_log_ratio(..., level="sequence")`` (GSPO), broadcast against advantages (b, 1) or (b, T).
+
+    loss = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high)), r = exp(log_ratio); eps_high None: eps_low.
+    Returns loss and stats (clipfrac, approx_kl = 0.5 log_ratio^2, ratio), all of the broadcast shape.
+    """
+    high = eps_low if eps_high is None else eps_high
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    clipped = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + high)
     loss = torch.maximum(unclipped, clipped)
     with torch.no_grad():
         stats = {"clipfrac": (clipped > unclipped).float(), "approx_kl": 0.5 * log_ratio.float() ** 2,
                  "ratio": ratio.float()}
     return loss, stats
+
+
+ImportanceLevel = Literal["token", "sequence"]
+
+
+def importance_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor,
+                         level: ImportanceLevel = "token") -> torch.Tensor:
+    """log of the importance ratio pi / pi_old that the surrogate clips.
+
+    Shape: logp, old_logp, mask (b, T) -> (b, T) for ``token``; (b, 1) for ``sequence``: the mean of the token log
+    ratios over the completion's real tokens, i.e. log s_i with s_i = (pi(y_i) / pi_old(y_i))^(1 / |y_i|), GSPO's
+    length-normalised sequence ratio (Zheng et al. 2025, eq. 7; TRL ``importance_sampling_level="sequence"``).
+    The gradient flows through every token of the sequence alike.
+    """
+    log_ratio = logp - old_logp
+    if level == "token":
+        return log_ratio
+    if level == "sequence":
+        maskf = mask.to(log_ratio.dtype)
+        return ((log_ratio * maskf).sum(-1) / maskf.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    raise ValueError(f"unknown importance-sampling level {level!r}; use 'token' or 'sequence'")
+
+
+def cispo_loss(logp: torch.Tensor, log_ratio: torch.Tensor, advantages: torch.Tensor,
+               weight_max: float) -> torch.Tensor:
+    """CISPO's per-token loss (MiniMax-M1, 2025; the loss ScaleRL adopts): REINFORCE on every token with the
+    importance weight itself clipped and detached, so no token loses its gradient to the clip.
+
+    loss_t = -sg(min(r_t, weight_max)) * A * logp_t, r_t = exp(log_ratio_t). The paper writes the bound as
+    1 + eps_high with no lower bound; ``weight_max`` is that bound itself, as TRL's ``loss_type="cispo"`` reads
+    its ``epsilon_high``. Shape: logp, log_ratio (b, T), advantages (b, 1) or (b, T) -> (b, T).
+    """
+    weight = torch.clamp(torch.exp(log_ratio), max=weight_max).detach()
+    return -weight * advantages * logp
+
+
+def sapo_loss(log_ratio: torch.Tensor, advantages: torch.Tensor, tau_pos: float = 1.0,
+              tau_neg: float = 1.05) -> torch.Tensor:
+    """SAPO's per-token loss (Soft Adaptive Policy Optimization, 2025): a smooth gate on the ratio in place of the
+    hard clip, sharper for negative advantages.
+
+    loss_t = -(4 / tau) * sigmoid(tau * (r_t - 1)) * A, tau = tau_pos where A > 0 else tau_neg. At r = 1 its
+    gradient equals the unclipped surrogate's (sigmoid'(0) * 4 = 1); away from 1 it fades instead of stopping.
+    Defaults are TRL's ``sapo_temperature_pos`` / ``_neg``. Shape: log_ratio (b, T), advantages (b, 1) or
+    (b, T) -> the broadcast shape.
+    """
+    tau = torch.where(advantages > 0, torch.as_tensor(tau_pos), torch.as_tensor(tau_neg)).to(log_ratio.dtype)
+    return -torch.sigmoid(tau * (torch.exp(log_ratio) - 1)) * 4 / tau * advantages
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
@@ -210,13 +273,15 @@ def loss_weights(mask: torch.Tensor, aggregation: Aggregation, max_length: int |
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4,
-                     std: Literal["unbiased", "population"] = "unbiased") -> torch.Tensor:
+                     std: Literal["unbiased", "population"] = "unbiased", scale: bool = True) -> torch.Tensor:
     """GRPO's group-relative advantage: (r - group mean) / (group std + eps) for each completion.
 
     Shape: rewards (n_prompts * G,) ordered group by group (the G completions of a prompt adjacent)
     -> advantages (n_prompts * G,).
     Defaults follow TRL's GRPOTrainer (unbiased std, eps 1e-4), so the suite engine's GRPO matches the
     library's; ``std="population"`` divides by G instead of G - 1 (one of the seed texts' form).
+    ``scale=False``: r - group mean, no division by the std (Dr. GRPO, Liu et al. 2025: the division weights
+    prompts by how little their rewards vary; TRL ``scale_rewards="none"``).
     A group whose G rewards are identical carries no signal: its advantages are exactly 0 (set
     explicitly, so rounding in the mean cannot leave a tiny non-zero value, and no 0/0 appears).
     Raises ValueError for G < 2 (a group of one has no relative advantage) or a size not divisible by G.
@@ -230,10 +295,62 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4,
     grouped = rewards.reshape(-1, group_size).to(torch.float32)
     mean = grouped.mean(dim=1, keepdim=True)
     spread = grouped.std(dim=1, keepdim=True, correction=1 if std == "unbiased" else 0)
-    advantages = (grouped - mean) / (spread + eps)
+    advantages = (grouped - mean) / (spread + eps) if scale else grouped - mean
     constant = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
     advantages = torch.where(constant, torch.zeros_like(advantages), advantages)
     return advantages.reshape(-1).to(rewards.dtype if rewards.is_floating_point() else torch.float32)
+
+
+def leave_one_out_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO's advantage (Ahmadian et al. 2024): each completion's reward minus the mean reward of the other G - 1
+    completions of its prompt; no std normalisation.
+
+    Shape: rewards (n_prompts * G,) group by group -> (n_prompts * G,). A_i = r_i - (sum_j r_j - r_i) / (G - 1),
+    which is G / (G - 1) times GRPO's unscaled r_i - mean. A group of equal rewards gets exactly 0.
+    Raises ValueError for G < 2 or a size not divisible by G.
+    """
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 for a leave-one-out baseline, got {group_size}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    grouped = rewards.reshape(-1, group_size).to(torch.float32)
+    baseline = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+    advantages = grouped - baseline
+    constant = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
+    return torch.where(constant, torch.zeros_like(advantages), advantages).reshape(-1)
+
+
+def reinforce_pp_advantages(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float,
+                            group_size: int | None = None) -> torch.Tensor:
+    """REINFORCE++'s token advantages (Hu 2025): the KL penalty folded into the reward, returns-to-go with
+    gamma = 1, then normalised over every real token of the global batch (not per group).
+
+    Shape: scores (b,), kl (b, T) k1 nats, mask (b, T) -> (b, T), 0 on padding.
+    r_t = -kl_coef * kl_t + [t = last] * score (``ppo_rewards``); A_t = sum_{s >= t} r_s; A = whiten(A) over the
+    batch's real tokens. ``group_size``: the "REINFORCE++-baseline" variant, which first subtracts each prompt's
+    mean score (its G completions adjacent) and then normalises globally the same way.
+    """
+    if group_size is not None:
+        grouped = scores.reshape(-1, group_size).to(torch.float32)
+        scores = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+    rewards, _ = ppo_rewards(scores.to(kl.dtype), kl, mask, kl_coef)
+    returns = rewards.flip(-1).cumsum(-1).flip(-1) * mask.to(rewards.dtype)
+    return masked_whiten(returns, mask)
+
+
+def overlong_penalty(lengths: torch.Tensor, max_length: int, cache: int) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), added to the reward.
+
+    Shape: lengths (b,) tokens -> (b,) float32: 0 up to max_length - cache, then falling linearly to -1 at
+    max_length, -1 beyond. ``cache`` 0: no soft zone (0 up to max_length). Same values as TRL's
+    ``trl.rewards.get_soft_overlong_punishment``.
+    """
+    lengths = lengths.to(torch.float32)
+    if cache <= 0:
+        return torch.where(lengths > max_length, -1.0, 0.0)
+    start = max_length - cache
+    soft = (start - lengths) / cache
+    return torch.where(lengths <= start, 0.0, torch.where(lengths <= max_length, soft, -1.0))
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
