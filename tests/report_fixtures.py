@@ -47,7 +47,7 @@ METHODS: dict[str, dict[str, Any]] = {
 ENVIRONMENT = {"time_utc": "2026-11-30T12:00:00+00:00", "os": "Linux", "python": "3.11.7",
                "cpu_model": "Test Xeon", "cpu_count_logical": 2, "ram_bytes": 8 * 1024**3, "gpu_count": 0,
                "gpus": [], "packages": {"torch": "2.13.0", "transformers": "5.24.0", "trl": "1.16.0"},
-               "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": True}
+               "suite_version": "0.1.0", "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": True}
 RUN_COMMAND = "bench run --preset cpu-tiny train.steps=10"
 
 

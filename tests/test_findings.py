@@ -210,6 +210,7 @@ def test_group_size_claim_is_grpo_only_paired_over_seeds(tmp_path: Path) -> None
 def test_citation_block(full: Path) -> None:
     rows = md_rows((full / "summary.md").read_text(encoding="utf-8"), "Cite this run")
     assert rows["commit"][1] == "0123456789abcdef0123456789abcdef01234567 (dirty: uncommitted changes)"
+    assert rows["suite"][1] == "rlft-bench 0.1.0 at commit 0123456789ab; cite the suite with its CITATION.cff"
     assert rows["command (reproduce)"][1] == f"`{RUN_COMMAND}`"
     assert "--resume" in rows["command (continue this folder)"][1]
     assert rows["hardware"][1].startswith("no GPU; Test Xeon, 2 logical cores")

@@ -480,6 +480,9 @@ def test_capture_environment_fields() -> None:
                 "cuda_version", "git_commit", "git_dirty", "time_utc"):
         assert key in env
     assert env["packages"]["torch"] and env["packages"]["trl"]
+    from bench import __version__
+
+    assert env["suite_version"] == __version__  # the suite that made the numbers, for "Cite this run"
     assert "hostname" not in env and "node" not in env
     if not torch.cuda.is_available():
         assert env["gpu_count"] == 0 and env["gpu_name"] is None

@@ -77,6 +77,18 @@ def _commit(env: dict[str, Any]) -> str:
     return f"{commit} ({state})"
 
 
+def _suite(env: dict[str, Any]) -> str:
+    """'rlft-bench 0.1.0 at commit abc123 (clean); cite the suite with its CITATION.cff' — the tool that made the
+    numbers, which a writeup cites beside the run."""
+    version = env.get("suite_version")
+    commit = env.get("git_commit")
+    if not version and not commit:
+        return NOT_RECORDED
+    name = f"rlft-bench {version}" if version else "rlft-bench (version not recorded)"
+    at = f" at commit {str(commit)[:12]}" if commit else ""
+    return f"{name}{at}; cite the suite with its CITATION.cff"
+
+
 def _accuracy_n(suite: Suite) -> str:
     """'GRPO (TRL): n = 5,000, seeds 0, 1; ...' for every method with an accuracy after (with its clusters:
     '5,000 questions (5,000 workings: one question each)' where the run knows them)."""
@@ -189,6 +201,7 @@ def citation(suite: Suite) -> list[tuple[str, str]]:
         ("model", model_name(suite)),
         ("parameters", f"{params:,} (the actor, static accounting)" if params else NOT_RECORDED),
         ("task", task_name(suite)),
+        ("suite", _suite(env)),
         ("commit", _commit(env)),
         ("hardware", _hardware(env)),
         ("packages", _packages(env)),

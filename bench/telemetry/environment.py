@@ -18,6 +18,13 @@ from typing import Any
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers", "nvidia-ml-py", "psutil")
 
 
+def _suite_version() -> str:
+    """This suite's own version (``bench.__version__``, the one pyproject.toml and CITATION.cff carry)."""
+    from bench import __version__
+
+    return __version__
+
+
 def _version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
@@ -98,7 +105,7 @@ def capture_environment(repo_dir: Path | None = None) -> dict[str, Any]:
         ``{"time_utc", "os", "python", "cpu_model", "cpu_count_logical", "cpu_count_physical",
         "ram_bytes", "gpu_count", "gpu_name", "gpus": [{"name", "memory_bytes", "capability"}],
         "driver_version", "cuda_version", "cudnn_version", "packages": {name: version | None},
-        "git_commit", "git_dirty"}`` — memory in bytes; None where unknown.
+        "suite_version", "git_commit", "git_dirty"}`` — memory in bytes; None where unknown.
     """
     repo = Path(repo_dir) if repo_dir is not None else Path(__file__).resolve().parents[2]
     try:
@@ -121,6 +128,7 @@ def capture_environment(repo_dir: Path | None = None) -> dict[str, Any]:
     }
     env.update(_gpu())
     env["packages"] = {name: _version(name) for name in PACKAGES}
+    env["suite_version"] = _suite_version()
     env["git_commit"] = commit
     env["git_dirty"] = (bool(status) if status is not None else None)
     return env
