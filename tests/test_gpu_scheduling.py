@@ -138,7 +138,8 @@ class DeviceWorkers:
         self.peak = 0
 
     def __call__(self, run_dir: Path, progress: Any, env: Any = None, stopper: Any = None) -> int:
-        from bench.execution.worker import RUN_FILE, failure_record
+        from bench.execution.run_failure import failure_record
+        from bench.execution.worker import RUN_FILE
         from bench.results import write_json_atomic
         from test_runner_failures import ok_result
 

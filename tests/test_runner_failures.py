@@ -163,7 +163,8 @@ class FakeWorkers:
 
     def __call__(self, run_dir: Path, progress: Any, env: Any = None, stopper: Any = None) -> int:
         from bench.results import write_json_atomic
-        from bench.execution.worker import RUN_FILE, failure_record
+        from bench.execution.run_failure import failure_record
+        from bench.execution.worker import RUN_FILE
         from bench.results import MESSAGE_LIMIT
 
         job = json.loads((run_dir / RUN_FILE).read_text())
@@ -248,7 +249,8 @@ def test_a_stage_rerun_makes_its_consumers_rerun(tmp_path: Path, fake_suite: Cal
 
 
 def test_a_worker_failure_message_is_one_capped_line() -> None:
-    from bench.execution.worker import Interrupted, failure_record
+    from bench.execution.run_failure import failure_record
+    from bench.execution.worker_signals import Interrupted
     from bench.results import MESSAGE_LIMIT
 
     record = failure_record(RuntimeError("CUDA out of memory.\n  Tried to allocate 2 GiB\n" + "y" * 3000), None)

@@ -109,7 +109,7 @@ def test_main_end_to_end_and_user_error_exit_code(tmp_path: Path, capsys: pytest
         main([str(path), "--completion-field", "out", "--gold-field", "gold", "--mode", "loose"])
 
 
-# --- every completion on disk (bench.scoring.evaluation, bench.execution.worker.assemble_evaluation) ------------------------
+# --- every completion on disk (bench.scoring.evaluation, bench.execution.run_result.assemble_evaluation) ------------------------
 
 GOLD_ANSWER = "She has 2+3=<<2+3=5>>5 apples.\n#### 5"
 ROW = {"question": "Ann has 2 apples and buys 3. How many?", "prompt": "Q: ...", "answer": "5", "solution": GOLD_ANSWER}
@@ -209,7 +209,7 @@ def test_budget_ending_exactly_on_eos_is_not_hit_max() -> None:
 def test_assemble_evaluation_writes_completions_and_rates(tmp_path: Path) -> None:
     from bench.scoring.evaluation import completion_record, summarize_records
     from bench.results import empty_result, write_json_atomic
-    from bench.execution.worker import EVAL_FILE, assemble_evaluation
+    from bench.execution.run_result import EVAL_FILE, assemble_evaluation
 
     warm = tmp_path / "warm_start-s0"
     warm.mkdir()

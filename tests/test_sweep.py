@@ -107,7 +107,7 @@ def test_the_cli_says_one_line_and_exits_2() -> None:
 # --- out of memory: recorded with its phase; expected at a sweep point -----------------------------------------
 def test_an_out_of_memory_is_recorded_with_the_phase_it_happened_in() -> None:
     from bench.telemetry import Telemetry
-    from bench.execution.worker import failure_phase, failure_record, is_out_of_memory
+    from bench.execution.run_failure import failure_phase, failure_record, is_out_of_memory
 
     live: dict[str, Any] = {}
     telemetry = Telemetry("cpu", interval_s=0.01)

@@ -44,7 +44,7 @@ def test_every_run_records_the_overlap_checks_before_training(tmp_path: Path, mo
 def test_the_evaluation_records_its_monitors(tmp_path: Path) -> None:
     from bench.scoring.evaluation import completion_record, summarize_records
     from bench.results import empty_result
-    from bench.execution.worker import assemble_evaluation
+    from bench.execution.run_result import assemble_evaluation
 
     row = {"question": "What is 2 + 3?", "prompt": "What is 2 + 3?", "answer": "5"}
     texts = ["<think>2 + 3 = 5</think> <answer>5</answer>", "no answer here", "<think>2+3</think> <answer>4</answer>",

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from bench.config.loading import load_spec
-from bench.execution import worker
-from bench.execution.worker import (concurrent_runs, configure_threads, evaluation_record, evaluation_threads,
-                                    torch_threads, worker_threads)
+from bench.execution import cpu_threads, run_evaluation
+from bench.execution.cpu_threads import (concurrent_runs, configure_threads, evaluation_threads, torch_threads,
+                                         worker_threads)
+from bench.execution.run_result import evaluation_record
 
 TORCH_SET_NUM_THREADS = torch.set_num_threads
 """torch's own setter, taken at collection (before any test runs): vLLM's CPU build replaces it with a no-op in a
@@ -59,7 +60,7 @@ def test_configure_threads_sets_torch() -> None:
 
 
 def test_every_evaluation_runs_at_a_method_runs_thread_count(monkeypatch) -> None:
-    monkeypatch.setattr(worker, "available_cores", lambda: 16)
+    monkeypatch.setattr(cpu_threads, "available_cores", lambda: 16)
     spec = load_spec("cpu-quick", ["threads=0", "parallel_runs=2"])
     assert evaluation_threads(spec, 2) == worker_threads(0, 2, "method", 16) == 8
     assert worker_threads(0, 2, "stage", 16) == 16  # the stage trains and samples at every core, scores at 8
@@ -98,7 +99,7 @@ def test_the_evaluation_scores_at_the_given_count_and_records_it(monkeypatch) ->
     telemetry = SimpleNamespace(phase=lambda name: contextlib.nullcontext())
     outcome = SimpleNamespace(policy=torch.nn.Linear(2, 2), tokenizer=None)
     before = torch.get_num_threads()
-    out = worker.evaluate_policy(spec, outcome, [], telemetry, threads=1)
+    out = run_evaluation.evaluate_policy(spec, outcome, [], telemetry, threads=1)
     assert seen == [1] and torch.get_num_threads() == before
     assert out["precision"] == {"storage": "float32", "compute": "float32", "cpu_threads": 1}
 
@@ -118,7 +119,7 @@ def test_a_vllm_evaluation_leaves_torchs_threads_alone(monkeypatch) -> None:
     monkeypatch.setattr("bench.task.prompts.styled_rows", lambda rows, tokenizer, style, chat: rows)
     telemetry = SimpleNamespace(phase=lambda name: contextlib.nullcontext())
     outcome = SimpleNamespace(policy=torch.nn.Linear(2, 2), tokenizer=None)
-    out = worker.evaluate_policy(load_spec("cpu-quick"), outcome, [], telemetry, threads=1)
+    out = run_evaluation.evaluate_policy(load_spec("cpu-quick"), outcome, [], telemetry, threads=1)
     assert calls == [] and "cpu_threads" not in out["precision"]
     assert out["precision"]["compute"] == "vllm (float32)"
 

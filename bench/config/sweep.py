@@ -23,7 +23,7 @@ depends on (:data:`STAGE_KEYS`): a model-size axis gives every model its own sta
 (``warm_start@qwen2.5-0.5b``). A stage runs with the spec of the first point that reads it.
 
 Out of memory: a worker records an out-of-memory error (CUDA, or MemoryError / the CPU allocator's on a CPU) as
-status ``failed`` with error type ``OutOfMemory`` and the phase it happened in (``bench.execution.worker``). In a sweep that is
+status ``failed`` with error type ``OutOfMemory`` and the phase it happened in (``bench.execution.run_failure``). In a sweep that is
 an expected outcome (finding where a method stops fitting is what the sweep is for): the runner reports it and
 keeps the exit status 0 when everything else is ok (``bench.execution.runner.run_verdict``). Outside a sweep an OOM is a
 failure like any other. ``sweep.inject_oom`` (a test hook) raises MemoryError when a named phase starts at one point.

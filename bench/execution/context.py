@@ -91,7 +91,7 @@ class RunContext:
         """``tokenizer``, or a one-line error naming the missing set-up (a context built without one)."""
         if self.tokenizer is None:
             raise RuntimeError(f"{self.method}: the run context has no tokenizer; the worker loads it once "
-                               f"(bench.execution.worker.resolve_inputs) and passes it in")
+                               f"(bench.execution.worker.resolve_model) and passes it in")
         return self.tokenizer
 
 

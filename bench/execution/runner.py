@@ -38,7 +38,8 @@ from bench.results import (MESSAGE_LIMIT, RESULT_FILE, cap_text, empty_result, f
                            read_result, write_json_atomic)
 from bench.config.spec import Spec
 from bench.execution.sweep import job_spec, job_sweep
-from bench.execution.worker import OUT_OF_MEMORY, RUN_FILE
+from bench.execution.run_failure import OUT_OF_MEMORY
+from bench.execution.worker import RUN_FILE
 from bench.execution.processes import (KILLED_FROM_OUTSIDE, Progress, Stopper, killed_from_outside, launch_worker,
                                        worker_env)
 from bench.execution.devices import DevicePlan, DevicePool, Slot, placement, plan_devices
@@ -344,7 +345,7 @@ def _outcome_line(result: dict[str, Any] | None) -> str:
 def run_verdict(run_dir: Path) -> tuple[str, str]:
     """(ok | oom | failed | skipped | interrupted | not started, reason) for one planned run, from its result.
 
-    oom: a sweep point that ran out of memory (error type OUT_OF_MEMORY, bench.execution.worker). Where a method stops
+    oom: a sweep point that ran out of memory (error type OUT_OF_MEMORY, bench.execution.run_failure). Where a method stops
     fitting is what a sweep measures, so it is an expected outcome and does not make the exit status 1; the same
     error outside a sweep is a failure."""
     result = read_result(run_dir)

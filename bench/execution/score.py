@@ -164,7 +164,7 @@ def is_verdicts_file(path: Path) -> bool:
 
 # -- a whole suite folder ---------------------------------------------------------------------------------
 COMPLETIONS_FILE = "completions.jsonl"
-"""The per-question file of an evaluation (bench.execution.worker.EVAL_FILE), the only one that can be re-scored."""
+"""The per-question file of an evaluation (bench.execution.run_result.EVAL_FILE), the only one that can be re-scored."""
 
 
 def _mode(mode: str) -> str:
