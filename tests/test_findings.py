@@ -55,7 +55,7 @@ def test_headline_numbers_equal_the_fixtures(full: Path) -> None:
     assert ppo["static memory per network (MiB, accounting)"] == (
         "actor 16.00 + critic 16.00 + reward 1.00 + reference 1.00 = 34.00")
     assert ppo["peak memory (source)"] == "740.0 MiB (cpu-rss)"  # 700 + 10 per network
-    assert ppo["completions/s"] == "120.00" and ppo["tokens/s"] == "2,400.0" and ppo["s/step (median)"] == "0.533 s"
+    assert ppo["completions/s of training"] == "120.00" and ppo["generated tokens/s of training"] == "2,400.0" and ppo["s/step (median)"] == "0.533 s"
     assert ppo["accuracy suite-strict before → after (95% CI)"].startswith("25.0% [") and "→ 15.0% [" in ppo[
         "accuracy suite-strict before → after (95% CI)"]
     assert ppo["n questions (independent units)"] == "400 (400 problems)"  # one question per problem
@@ -63,9 +63,9 @@ def test_headline_numbers_equal_the_fixtures(full: Path) -> None:
     # Bold only where a test separates the value: one seed has no test of its rates, and GRPO (TRL)'s 160 of 400 is
     # not significantly above the suite engine's 156, so nothing here is marked best.
     engine = dict(zip(header, rows["GRPO (suite engine)"]))
-    assert engine["completions/s"] == "200.00" and not ppo["completions/s"].startswith("**")
+    assert engine["completions/s of training"] == "200.00" and not ppo["completions/s of training"].startswith("**")
     assert not dict(zip(header, rows["GRPO (TRL)"]))["accuracy suite-strict before → after (95% CI)"].startswith("**")
-    assert dict(zip(header, rows["DPO (TRL, pool pairs)"]))["completions/s"] == "n/a (offline)"
+    assert dict(zip(header, rows["DPO (TRL, pool pairs)"]))["completions/s of training"] == "n/a (offline)"
 
 
 def test_phase_and_phase_memory_tables(full: Path) -> None:

@@ -141,14 +141,14 @@ def test_bold_needs_a_test_and_never_marks_the_control_or_an_offline_step(tmp_pa
         _edit(suite_dir, f"dpo-s{seed}", lambda d, s=seed: d["throughput"].update(step_s_median=0.1 + 0.001 * s))
     table = headline_table(load_suite(suite_dir))
     accuracy = next(h for h in table.header if h.startswith("accuracy"))
-    for column in ("s/step (median)", "completions/s", "tokens/s", "static memory per network (MiB, accounting)",
+    for column in ("s/step (median)", "completions/s of training", "generated tokens/s of training", "static memory per network (MiB, accounting)",
                    "peak memory (source)", accuracy):
         assert not _bold(table, "Control (lr 0)", column), column
     assert not _bold(table, "DPO (TRL, pool pairs)", "s/step (median)")  # no generation in its step: not comparable
     # Among the generating contestants the suite engine's GRPO has the shortest step on every seed (0.320-0.326 s
     # against 0.400-0.408 and 0.512-0.522): Welch's t-test separates it, so it is bold.
     assert _bold(table, "GRPO (suite engine)", "s/step (median)")
-    assert _bold(table, "GRPO (suite engine)", "completions/s") is False  # 200/s on every seed: no spread, no test
+    assert _bold(table, "GRPO (suite engine)", "completions/s of training") is False  # 200/s on every seed: no spread, no test
     # GRPO (TRL) has the highest mean accuracy but its seeds differ from PPO (verifier)'s by +0.5 pp on every seed
     # (no seed spread) and by 2 questions of 400 per seed (McNemar p = 0.5): nothing separates it.
     assert not _bold(table, "GRPO (TRL)", accuracy)
@@ -161,7 +161,8 @@ def test_one_seed_has_no_test_so_no_bold_rate(tmp_path: Path) -> None:
     from bench.report.overview import headline_table
 
     table = headline_table(load_suite(write_suite(tmp_path, methods=("grpo", "grpo_engine", "ppo"))))
-    for column in ("s/step (median)", "completions/s", "tokens/s", "peak memory (source)"):
+    for column in ("s/step (median)", "completions/s of training", "generated tokens/s of training",
+                   "peak memory (source)"):
         assert not any((i, table.header.index(column)) in table.best for i in range(len(table.rows))), column
 
 

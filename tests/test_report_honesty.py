@@ -133,6 +133,12 @@ def test_a_mode_that_cannot_score_the_task_is_not_a_confirmation(tmp_path: Path)
                                            "this task)"), row
     (check,) = control_checks(load_suite(suite_dir))
     assert check["passed"] is True and "lmeval-strict" not in check["modes"]
+    # The finding says in which modes it held, never "every scoring mode" past one that cannot score the task.
+    from bench.report.findings import findings
+
+    (text,) = [f.text for f in findings(load_suite(suite_dir)) if f.text.startswith("Control (lr 0)")]
+    assert "every scoring mode" not in text and "in the 3 scoring modes that can score the task" in text, text
+    assert "not applicable: lmeval-strict: 0 of 400 right before and after" in text, text
     # Where lm-eval strict does score the task, it confirms the check like any other mode.
     for run_id in ("warm_start-s0", "control-s0"):
         _verdict_file(suite_dir / "runs" / run_id, 100, lmeval_strict=40)

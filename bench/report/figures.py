@@ -351,7 +351,8 @@ def throughput_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
         ax.set_title(f"{label.split(' (')[0]} (per training second)")
         ax.grid(axis="y", alpha=0.3)
     name = _save(fig, out_dir, "throughput.png")
-    return FigureInfo(name, "Generation throughput during training: completions and generated tokens per second.")
+    return FigureInfo(name, "Completions and generated tokens per second of training: divided by the whole training "
+                                 "time, not by the generation phase alone (those rates are in the throughput table).")
 
 
 def phases_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
@@ -451,37 +452,9 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     for ax, metric in zip(flat, present):
         drawn: set[Any] = set()  # seeds drawn in their own style: the legend explains those styles
         for label, members in groups.items():
-            color = colors[label]
-            ok = [(r, _series(r, metric)) for r in members if r.status == "ok"]
-            ok = [(r, pts) for r, pts in ok if pts]
-            steps, mean, low, high = _seed_band([pts for _, pts in ok]) if len(ok) >= 2 else ([], [], [], [])
-            averaged = {r.run_id for r, _ in ok} if steps else set()
-            for run in (r for r in members if r.run_id not in averaged):  # one run, or runs outside the mean
-                pts = _series(run, metric)
-                if not pts:
-                    continue
-                seed = run.result.get("seed")
-                style = styles.get(seed, "-") if len(members) > 1 else "-"
-                drawn |= {seed} if style != "-" else set()
-                # The lr-0 control's reward wanders by chance alone: drawn as the noise floor the others must clear.
-                control = run.result.get("method") == CONTROL_METHOD
-                name = NOISE_FLOOR if control and metric == "reward" else names[run.run_id]
-                ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 and not control else None,
-                        color=color, linestyle=style, linewidth=1.5, label=name, zorder=1 if control else 2)
-            if not steps:
-                continue
-            for run, pts in ok:  # each seed thin, in the method's colour and the seed's line style
-                drawn.add(run.result.get("seed"))
-                ax.plot([s for s, _ in pts], [v for _, v in pts], color=color, linewidth=0.8,
-                        linestyle=styles.get(run.result.get("seed"), ":"), label="_nolegend_", zorder=0)
-            # Hatched, not filled: overlapping translucent fills blend into a tint that reads as another method.
-            ax.fill_between(steps, low, high, facecolor="none", edgecolor=color, hatch="//", linewidth=0,
-                            alpha=0.5, zorder=0.5)
-            bands.add("sd" if len(ok) >= 3 else "minmax")
-            control = any(r.result.get("method") == CONTROL_METHOD for r, _ in ok)
-            name = (NOISE_FLOOR if control and metric == "reward" else label) + f" (mean of {len(ok)} seeds)"
-            ax.plot(steps, mean, marker="." if len(steps) < 30 and not control else None, color=color,
-                    linestyle="-", linewidth=2.0, label=name, zorder=1 if control else 2)
+            band = _method_curves(ax, metric, label, members, colors[label], styles, names, drawn)
+            if band:
+                bands.add(band)
         ax.set_xlabel("optimizer step (count)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 1.5 ticks
         ax.set_ylabel(_axis_label(metric), fontsize=8)
@@ -491,6 +464,48 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
     for ax in flat[len(present):]:
         ax.set_visible(False)
     name = _save(fig, out_dir, "curves.png")
+    return FigureInfo(name, _curves_caption(present, bands))
+
+
+def _method_curves(ax: Any, metric: str, label: str, members: list[Run], color: Any, styles: dict[Any, Any],
+                   names: dict[str, str], drawn: set[Any]) -> str | None:
+    """One method's curves of ``metric`` on ``ax``: its mean over 2+ ok seeds with their band and each seed thin,
+    else each run as its own line; adds to ``drawn`` the seeds drawn in their own style. Returns the band's kind
+    ("sd" for 3+ seeds, "minmax" for 2), None when no band was drawn."""
+    ok = [(r, _series(r, metric)) for r in members if r.status == "ok"]
+    ok = [(r, pts) for r, pts in ok if pts]
+    steps, mean, low, high = _seed_band([pts for _, pts in ok]) if len(ok) >= 2 else ([], [], [], [])
+    averaged = {r.run_id for r, _ in ok} if steps else set()
+    for run in (r for r in members if r.run_id not in averaged):  # one run, or runs outside the mean
+        pts = _series(run, metric)
+        if not pts:
+            continue
+        seed = run.result.get("seed")
+        style = styles.get(seed, "-") if len(members) > 1 else "-"
+        drawn |= {seed} if style != "-" else set()
+        # The lr-0 control's reward wanders by chance alone: drawn as the noise floor the others must clear.
+        control = run.result.get("method") == CONTROL_METHOD
+        name = NOISE_FLOOR if control and metric == "reward" else names[run.run_id]
+        ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 and not control else None,
+                color=color, linestyle=style, linewidth=1.5, label=name, zorder=1 if control else 2)
+    if not steps:
+        return None
+    for run, pts in ok:  # each seed thin, in the method's colour and the seed's line style
+        drawn.add(run.result.get("seed"))
+        ax.plot([s for s, _ in pts], [v for _, v in pts], color=color, linewidth=0.8,
+                linestyle=styles.get(run.result.get("seed"), ":"), label="_nolegend_", zorder=0)
+    # Hatched, not filled: overlapping translucent fills blend into a tint that reads as another method.
+    ax.fill_between(steps, low, high, facecolor="none", edgecolor=color, hatch="//", linewidth=0,
+                    alpha=0.5, zorder=0.5)
+    control = any(r.result.get("method") == CONTROL_METHOD for r, _ in ok)
+    name = (NOISE_FLOOR if control and metric == "reward" else label) + f" (mean of {len(ok)} seeds)"
+    ax.plot(steps, mean, marker="." if len(steps) < 30 and not control else None, color=color,
+            linestyle="-", linewidth=2.0, label=name, zorder=1 if control else 2)
+    return "sd" if len(ok) >= 3 else "minmax"
+
+
+def _curves_caption(present: list[str], bands: set[str]) -> str:
+    """The curves figure's caption: the metrics drawn and, when a band was drawn, what the mean and band are."""
     caption = ("Training curves against optimizer step (" + ", ".join(present) + "), as logged at each training "
                "step's rollouts; no smoothing. One colour per method (the lr-0 control grey).")
     if bands:
@@ -500,7 +515,7 @@ def curves_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
                     "logged, with a hatched band: " + " or ".join(kinds) + "; each seed is a thin line in the "
                     "method's colour, one line style per seed (see the legend). A method with one seed is a single "
                     "solid line.")
-    return FigureInfo(name, caption)
+    return caption
 
 
 def _figure_modes(suite: Suite) -> tuple[str, str]:

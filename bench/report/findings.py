@@ -203,7 +203,7 @@ def _accuracy_findings(suite: Suite) -> list[Finding]:
                     f"after differs from its start, so something other than training moves the scores")
         elif passed:
             text = (f"Control (lr 0), the pipeline check: accuracy after equals its start exactly, on every "
-                    f"question and every scoring mode, on {len(passed)} of {len(runs)} seed(s)")
+                    f"question, in {modes_checked(check)}, on {len(passed)} of {len(runs)} seed(s)")
         else:
             continue
         out.append(Finding(text, f"question by question ({check['basis'] or 'recorded counts'}) in "
@@ -211,6 +211,17 @@ def _accuracy_findings(suite: Suite) -> list[Finding]:
                                  f"pipeline, not a noise floor of greedy accuracy (it has no spread there); its "
                                  f"training-reward curve is the sampling noise floor"))
     return out
+
+
+def modes_checked(check: dict[str, Any]) -> str:
+    """The modes a control check confirms, said as such: 'the 3 scoring modes that can score the task (lmeval-strict
+    cannot: ...)'. A mode that scores nothing before and after confirms nothing, so it is never counted."""
+    modes, skipped = check.get("modes") or [], check.get("not_applicable") or {}
+    if not skipped:
+        return "every scoring mode" if len(modes) != 1 else f"its one scoring mode ({modes[0]})"
+    said = "the scoring mode" if len(modes) == 1 else f"the {len(modes)} scoring modes"
+    return (f"{said} that can score the task ({', '.join(modes)}; not applicable: "
+            + "; ".join(f"{m}: {why}" for m, why in skipped.items()) + ")")
 
 
 def _paired_findings(suite: Suite) -> list[Finding]:

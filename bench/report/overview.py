@@ -21,7 +21,7 @@ from bench.results import PHASES
 
 HEADLINE_HEADER = [
     "method", "networks resident", "static memory per network (MiB, accounting)", "peak memory (source)",
-    "s/step (median)", "tokens/s", "completions/s", "accuracy before → after (95% CI)",
+    "s/step (median)", "generated tokens/s of training", "completions/s of training", "accuracy before → after (95% CI)",
     "tuning (grid points on validation)", "n questions (independent units)", "seeds",
     "status",
 ]

@@ -17,7 +17,7 @@ from bench.report.load import Suite
 HEADLINE_COLUMNS = [
     "method", "seed", "status", "accuracy {headline} (headline; before → after, 95% CI)",
     "accuracy {second} (before → after, 95% CI)", "peak memory (source)",
-    "static memory: weights + grads + optimizer (accounting)", "completions/s", "median s/step",
+    "static memory: weights + grads + optimizer (accounting)", "completions/s of training", "median s/step",
     "trained weights changed",
 ]
 """Column templates of the per-run table; :func:`headline_columns` fills in the scoring modes. Generated
