@@ -231,13 +231,28 @@ def rescore_suite(suite_dir: Path, mode: str) -> list[tuple[str, str]]:
     the checkpoint). Writes ``report_settings.json`` = {"headline_mode": mode}. Raises UserError when a
     `bench run` holds the folder or a completions file is malformed.
     """
-    from bench.scoring.evaluation import summarize_records
     from bench.report.load import REPORT_SETTINGS_FILE
-    from bench.results import read_result, write_json_atomic
+    from bench.results import write_json_atomic
     from bench.execution.suite_folder import SuiteLock
 
     mode = _mode(mode)
     SuiteLock(suite_dir).refuse_if_held()
+    results, jobs = _read_runs(suite_dir)
+    old_hashes = {run_id: _inputs_hash(suite_dir, _needs(jobs[run_id])) for run_id in results}
+    lines: dict[str, str] = {}
+    records_of: dict[str, list[dict[str, Any]]] = {}
+    for run_id, result in results.items():  # plan order: stages (the warm start) before the methods reading them
+        lines[run_id] = _rescore_run(suite_dir / "runs" / run_id, result, jobs[run_id], mode, results, records_of)
+    _write_rescored(suite_dir, results, jobs, old_hashes, records_of)
+    write_json_atomic(suite_dir / REPORT_SETTINGS_FILE, {"headline_mode": mode})
+    return [(run_id, lines[run_id]) for run_id in results]
+
+
+def _read_runs(suite_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(run id -> result, run id -> its run.json ({} when unreadable)) for every run with a result, in plan order;
+    UserError for a run folder that leads outside the suite folder (re-scoring writes into each)."""
+    from bench.results import read_result
+
     runs_dir = suite_dir / "runs"
     results: dict[str, dict[str, Any]] = {}
     jobs: dict[str, dict[str, Any]] = {}
@@ -254,36 +269,46 @@ def rescore_suite(suite_dir: Path, mode: str) -> list[tuple[str, str]]:
             if not inside(runs_dir / run_id, suite_dir):  # a link out of the folder: its files are not ours to write
                 raise UserError(f"'{shown(runs_dir / run_id)}' leads outside the suite folder (a symbolic link?); "
                                 f"re-scoring writes into every run folder, so nothing was written")
-    old_hashes = {run_id: _inputs_hash(suite_dir, _needs(jobs[run_id])) for run_id in results}
+    return results, jobs
 
-    lines: dict[str, str] = {}
-    records_of: dict[str, list[dict[str, Any]]] = {}
-    for run_id, result in results.items():  # plan order: stages (the warm start) before the methods reading them
-        eval_file = result.get("eval_file")
-        if result.get("status") != "ok" or not eval_file:
-            lines[run_id] = "not evaluated" if result.get("status") == "ok" else f"status {result.get('status')}"
-            continue
-        path = runs_dir / run_id / eval_file
-        if eval_file != COMPLETIONS_FILE or not path.is_file():
-            lines[run_id] = f"not re-scored: no {COMPLETIONS_FILE} (its {eval_file} holds verdicts without text)"
-            continue
-        records = rescore_records(path)
-        records_of[run_id] = records
-        summary = summarize_records(records)
-        accuracy = result.setdefault("accuracy", {})
-        accuracy["after"] = summary["scores"]
+
+def _rescore_run(run_dir: Path, result: dict[str, Any], job: dict[str, Any], mode: str,
+                 results: dict[str, dict[str, Any]], records_of: dict[str, list[dict[str, Any]]]) -> str:
+    """Re-score one run's completions into ``result`` (and its records into ``records_of``); the line saying what
+    happened. ``before`` comes from the warm start it read when that was re-scored already (``records_of``)."""
+    from bench.scoring.evaluation import summarize_records
+
+    eval_file = result.get("eval_file")
+    if result.get("status") != "ok" or not eval_file:
+        return "not evaluated" if result.get("status") == "ok" else f"status {result.get('status')}"
+    path = run_dir / eval_file
+    if eval_file != COMPLETIONS_FILE or not path.is_file():
+        return f"not re-scored: no {COMPLETIONS_FILE} (its {eval_file} holds verdicts without text)"
+    records = rescore_records(path)
+    records_of[run_dir.name] = records
+    summary = summarize_records(records)
+    accuracy = result.setdefault("accuracy", {})
+    accuracy["after"] = summary["scores"]
+    for rate in ("format_rate", "truncated_rate"):
+        accuracy[rate] = {**(accuracy.get(rate) or {"before": None}), "after": summary[rate]}
+    warm = Path((job.get("inputs") or {}).get("warm_start_dir") or "").name
+    if warm in records_of:  # the warm start was re-scored above: its "after" is this run's "before"
+        warm_accuracy = results[warm]["accuracy"]
+        accuracy["before"] = warm_accuracy["after"]
         for rate in ("format_rate", "truncated_rate"):
-            accuracy[rate] = {**(accuracy.get(rate) or {"before": None}), "after": summary[rate]}
-        warm = Path((jobs[run_id].get("inputs") or {}).get("warm_start_dir") or "").name
-        if warm in records_of:  # the warm start was re-scored above: its "after" is this run's "before"
-            warm_accuracy = results[warm]["accuracy"]
-            accuracy["before"] = warm_accuracy["after"]
-            for rate in ("format_rate", "truncated_rate"):
-                accuracy[rate]["before"] = warm_accuracy[rate]["after"]
-        score = summary["scores"][mode]
-        lines[run_id] = (f"accuracy {score['accuracy']:.4f} ({score['correct']}/{score['total']}) "
-                         f"[{score['low']:.4f}, {score['high']:.4f}]")
+            accuracy[rate]["before"] = warm_accuracy[rate]["after"]
+    score = summary["scores"][mode]
+    return (f"accuracy {score['accuracy']:.4f} ({score['correct']}/{score['total']}) "
+            f"[{score['low']:.4f}, {score['high']:.4f}]")
 
+
+def _write_rescored(suite_dir: Path, results: dict[str, dict[str, Any]], jobs: dict[str, dict[str, Any]],
+                    old_hashes: dict[str, str | None], records_of: dict[str, list[dict[str, Any]]]) -> None:
+    """Write every re-scored run's completions and result, and the result of a run whose inputs hash was up to
+    date and changed only because a stage it read was re-scored (recomputed, so --resume keeps it)."""
+    from bench.results import write_json_atomic
+
+    runs_dir = suite_dir / "runs"
     # Stages first, so that the consumers' inputs hashes are computed from the stages' new result files.
     order = sorted(results, key=lambda run_id: results[run_id].get("kind") != "stage")
     for run_id in order:
@@ -296,8 +321,6 @@ def rescore_suite(suite_dir: Path, mode: str) -> list[tuple[str, str]]:
             write_jsonl_atomic(runs_dir / run_id / COMPLETIONS_FILE, records_of[run_id])
         if run_id in records_of or rehash:
             write_json_atomic(runs_dir / run_id / "result.json", result)
-    write_json_atomic(suite_dir / REPORT_SETTINGS_FILE, {"headline_mode": mode})
-    return [(run_id, lines[run_id]) for run_id in results]
 
 
 def add_score_arguments(parser: argparse.ArgumentParser) -> None:

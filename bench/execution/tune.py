@@ -648,15 +648,26 @@ def tune_command(args: argparse.Namespace, out: Path | None) -> str:
     return shlex.join([*bench_program(), *words, *args.overrides])
 
 
-def run_tune(args: argparse.Namespace) -> int:
-    """`bench tune`: plan and run the grid on the validation split, pick per method, write the tuned preset.
+@dataclass
+class TunePlan:
+    """What one `bench tune` runs: the base spec, the grids and the methods tuned on them, the seeds and the
+    validation size, the reward model's stage tune (None when it is not tuned) and the sweep spec of the folder."""
 
-    With a reward-model grid (and a method that reads it, or ``--methods`` naming it): its stage runs first, its
-    point is picked, and the methods' sweep then runs at it (the module docstring).
+    base: Any
+    grids: dict[str, Grid]
+    methods: list[str]
+    seeds: list[int]
+    size: int
+    readers: list[str]
+    """The tuned methods that read the reward model."""
+    stage: StageTune | None
+    at: dict[str, Any] | None
+    """The reward model's values the methods are tuned at before its own tune picks (the preset's)."""
+    spec: Any
 
-    Exit status: 0 every run ok, 1 some failed (the preset is still written from the complete points), 2 a usage or
-    spec error, 130 interrupted (nothing is picked; --resume continues).
-    """
+
+def plan_tune(args: argparse.Namespace) -> TunePlan:
+    """Read the preset, the grid file and --methods into the plan (UserError on a usage or spec error)."""
     from bench.config.loading import load_spec
 
     if args.seeds < 1:
@@ -682,62 +693,101 @@ def run_tune(args: argparse.Namespace) -> int:
         spec = tune_spec(base, grids, methods, seeds, size, at, readers)
     else:  # --methods reward_model alone: the stage's own sweep is the folder's spec
         spec = tune.spec  # type: ignore[union-attr]
+    return TunePlan(base, grids, methods, seeds, size, readers, tune, at, spec)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """`bench tune`: plan and run the grid on the validation split, pick per method, write the tuned preset.
+
+    With a reward-model grid (and a method that reads it, or ``--methods`` naming it): its stage runs first, its
+    point is picked, and the methods' sweep then runs at it (the module docstring).
+
+    Exit status: 0 every run ok, 1 some failed (the preset is still written from the complete points), 2 a usage or
+    spec error, 130 interrupted (nothing is picked; --resume continues).
+    """
+    plan = plan_tune(args)
     from bench.execution.plan import describe_plan, make_plan
 
     if args.dry_run:
-        print("\n".join(([describe_stage_tune(tune, base, dry_run=True)] if tune else [])
-                        + ([describe_plan(spec, make_plan(spec))] if methods else [])))
+        print("\n".join(([describe_stage_tune(plan.stage, plan.base, dry_run=True)] if plan.stage else [])
+                        + ([describe_plan(plan.spec, make_plan(plan.spec))] if plan.methods else [])))
         return 0
     from bench.execution.runner import run_suite
-    from bench.execution.suite_folder import SuiteLock, check_run_folders, check_suite_dir, prepare_suite_dir
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    suite_dir = Path(args.out) if args.out else Path(args.reports_dir) / "tune" / f"{base.name}-{stamp}"
-    if tune is not None and args.resume:  # suite.json holds the methods at the reward model chosen last time
-        check_stage_resume(spec, suite_dir.resolve(), tune.keys())
-        check_run_folders(suite_dir.resolve(), tune.runs)
-    else:
-        check_suite_dir(spec, suite_dir.resolve(), args.resume)
-        if tune is not None:
-            check_run_folders(suite_dir.resolve(), tune.runs)
-    SuiteLock(suite_dir.resolve()).refuse_if_held()
+    suite_dir = Path(args.out) if args.out else Path(args.reports_dir) / "tune" / f"{plan.base.name}-{stamp}"
+    check_tune_folder(plan, suite_dir, args.resume)
     from bench.execution.preflight import preflight
 
-    preflight(spec, suite_dir)  # before the plan, as in `bench run`: a failed check is the only line printed
+    preflight(plan.spec, suite_dir)  # before the plan, as in `bench run`: a failed check is the only line printed
     resume = tune_command(args, suite_dir) + " --resume"
     code = 0
-    if tune is not None:
-        print(describe_stage_tune(tune, base), file=sys.stderr)
-        print(f"tuning the reward model on its held-out pairs; writing to {suite_dir}", file=sys.stderr)
-        folder = suite_dir.resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        fresh = not args.resume
-        prepare = (lambda: prepare_suite_dir(spec, folder, make_plan(spec), False, resume)) if fresh else None
-        if run_stage_runs(spec, folder, tune.runs, Path.cwd(), resume, prepare):
-            print(f"resume with: {resume}", file=sys.stderr)
-            return 130
-        from bench.results import is_complete
-
-        ok = sum(is_complete(folder / "runs" / run.run_id) for run in tune.runs)
-        code = 0 if ok == len(tune.runs) else 1
-        best = pick(collect_stage_scores(folder, tune))
-        chosen = dict(best.values) if best is not None else at
-        print(f"reward model grid: {ok} of {len(tune.runs)} runs ok; chosen {_values_text(chosen or {})} "
-              + (f"(held-out pair accuracy {_percent(best.mean)} over {best.n_questions} held-out pairs)"
-                 if best is not None else "(no grid point finished on every seed: the preset's values)"),
-              file=sys.stderr)
-        if not methods:
-            return finish_tune(folder, spec, base, grids, methods, args, tune_command(args, suite_dir), code, tune)
-        spec = tune_spec(base, grids, methods, seeds, size, chosen, readers)
-        set_suite_spec(folder, spec)
+    if plan.stage is not None:
+        code, done = tune_reward_model_first(plan, args, suite_dir, resume)
+        if done:
+            return code
+    spec = plan.spec
     print(describe_plan(spec, make_plan(spec)), file=sys.stderr)
-    print(f"tuning on {size} validation questions; writing to {suite_dir}", file=sys.stderr)
-    outcome = run_suite(spec, suite_dir, resume=args.resume or tune is not None, repo_dir=Path.cwd(),
+    print(f"tuning on {plan.size} validation questions; writing to {suite_dir}", file=sys.stderr)
+    outcome = run_suite(spec, suite_dir, resume=args.resume or plan.stage is not None, repo_dir=Path.cwd(),
                         resume_command=resume, latest_dir=Path(args.reports_dir) / "tune")
     if outcome.exit_code == 130:
         return 130
-    return finish_tune(suite_dir.resolve(), spec, base, grids, methods, args, tune_command(args, suite_dir),
-                       max(code, outcome.exit_code), tune)
+    return finish_tune(suite_dir.resolve(), spec, plan.base, plan.grids, plan.methods, args,
+                       tune_command(args, suite_dir), max(code, outcome.exit_code), plan.stage)
+
+
+def check_tune_folder(plan: TunePlan, suite_dir: Path, resume: bool) -> None:
+    """The checks `bench run` makes on its folder (its spec, its run folders, the lock), before anything runs."""
+    from bench.execution.suite_folder import SuiteLock, check_run_folders, check_suite_dir
+
+    tune = plan.stage
+    if tune is not None and resume:  # suite.json holds the methods at the reward model chosen last time
+        check_stage_resume(plan.spec, suite_dir.resolve(), tune.keys())
+        check_run_folders(suite_dir.resolve(), tune.runs)
+    else:
+        check_suite_dir(plan.spec, suite_dir.resolve(), resume)
+        if tune is not None:
+            check_run_folders(suite_dir.resolve(), tune.runs)
+    SuiteLock(suite_dir.resolve()).refuse_if_held()
+
+
+def tune_reward_model_first(plan: TunePlan, args: argparse.Namespace, suite_dir: Path,
+                            resume: str) -> tuple[int, bool]:
+    """Run the reward model's grid, pick its point and set the folder's spec to the methods' sweep at it.
+
+    Returns (exit status so far, done): done when the tune ends here (interrupted: 130; the reward model tuned
+    alone: the tuned preset is written and its status returned)."""
+    from bench.execution.plan import make_plan
+    from bench.execution.suite_folder import prepare_suite_dir
+
+    tune, spec, base = plan.stage, plan.spec, plan.base
+    assert tune is not None
+    print(describe_stage_tune(tune, base), file=sys.stderr)
+    print(f"tuning the reward model on its held-out pairs; writing to {suite_dir}", file=sys.stderr)
+    folder = suite_dir.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    fresh = not args.resume
+    prepare = (lambda: prepare_suite_dir(spec, folder, make_plan(spec), False, resume)) if fresh else None
+    if run_stage_runs(spec, folder, tune.runs, Path.cwd(), resume, prepare):
+        print(f"resume with: {resume}", file=sys.stderr)
+        return 130, True
+    from bench.results import is_complete
+
+    ok = sum(is_complete(folder / "runs" / run.run_id) for run in tune.runs)
+    code = 0 if ok == len(tune.runs) else 1
+    best = pick(collect_stage_scores(folder, tune))
+    chosen = dict(best.values) if best is not None else plan.at
+    print(f"reward model grid: {ok} of {len(tune.runs)} runs ok; chosen {_values_text(chosen or {})} "
+          + (f"(held-out pair accuracy {_percent(best.mean)} over {best.n_questions} held-out pairs)"
+             if best is not None else "(no grid point finished on every seed: the preset's values)"),
+          file=sys.stderr)
+    if not plan.methods:
+        return finish_tune(folder, spec, base, plan.grids, plan.methods, args, tune_command(args, suite_dir), code,
+                           tune), True
+    plan.spec = tune_spec(base, plan.grids, plan.methods, plan.seeds, plan.size, chosen, plan.readers)
+    set_suite_spec(folder, plan.spec)
+    return code, False
 
 
 def finish_tune(suite_dir: Path, spec: Any, base: Any, grids: dict[str, Grid], methods: list[str],

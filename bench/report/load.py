@@ -157,48 +157,8 @@ def load_suite(suite_dir: Path) -> Suite:
     """
     suite_dir = Path(suite_dir)
     problems: list[str] = []
-    meta: dict[str, Any] = {}
-    suite_path = suite_dir / SUITE_FILE
-    if suite_path.exists():
-        try:
-            loaded = _read_json(suite_path)
-            if isinstance(loaded, dict):
-                meta = _clean(loaded)
-            else:
-                problems.append(f"{SUITE_FILE} is not a JSON object; runs were listed from the folder")
-        except (OSError, ValueError) as exc:
-            problems.append(f"{SUITE_FILE} unreadable ({type(exc).__name__}); runs were listed from the folder")
-    else:
-        problems.append(f"no {SUITE_FILE}; runs were listed from the folder")
-
-    planned: list[dict[str, Any]] = []
-    listed_runs = meta.get("runs") if isinstance(meta.get("runs"), list) else []
-    for entry in listed_runs:
-        run_id = (entry.get("id") or entry.get("run_id")) if isinstance(entry, dict) else entry
-        if not is_run_id(run_id):  # '../x' would read outside the folder
-            problems.append(f"{SUITE_FILE} lists {fmt.cap_text(repr(run_id), 80)}, which is not a run id (one folder "
-                            f"name under {RUNS_DIR}/); left out")
-        elif isinstance(entry, str):
-            planned.append({"id": entry})
-        else:
-            planned.append({**entry, "id": run_id})
-    listed = {p["id"] for p in planned}
-    runs_root = suite_dir / RUNS_DIR
-    linked = not_plain(runs_root, "folder")
-    if linked:  # `bench run` refuses a linked runs/ too: results from elsewhere are not this suite's
-        problems.append(f"{RUNS_DIR}/ {linked}; no result under it was read (the report reads only plain folders "
-                        f"and files inside the suite folder)")
-    elif runs_root.is_dir():
-        for child in sorted(runs_root.iterdir()):
-            if (child.is_dir() and not child.is_symlink() and child.name not in listed
-                    and (child / RESULT_FILE).exists()):
-                planned.append({"id": child.name})
-
-    if linked:
-        runs = [Run(run_id=p["id"], result=_placeholder(p["id"], p), note=f"not read: {RUNS_DIR}/ {linked}")
-                for p in planned]
-    else:
-        runs = [_load_run(runs_root / p["id"], p, problems) for p in planned]
+    meta = _read_suite_meta(suite_dir, problems)
+    runs = _read_runs(suite_dir, _listed_runs(meta, problems), problems)
     skipped = [p for p in problems if " not read" in p or p.startswith(f"{RUNS_DIR}/ ")]
     if skipped:  # on the page too (problems); here so that `bench report` says it where it was run
         print(f"bench: note: the report skipped {len(skipped)} path(s): {skipped[0]}"
@@ -220,6 +180,57 @@ def load_suite(suite_dir: Path) -> Suite:
         headline_mode=read_headline_mode(suite_dir, problems),
         meta=meta,
     )
+
+
+def _read_suite_meta(suite_dir: Path, problems: list[str]) -> dict[str, Any]:
+    """suite.json, cleaned (:func:`_clean`); {} when missing, unreadable or not an object (said in ``problems``)."""
+    suite_path = suite_dir / SUITE_FILE
+    if not suite_path.exists():
+        problems.append(f"no {SUITE_FILE}; runs were listed from the folder")
+        return {}
+    try:
+        loaded = _read_json(suite_path)
+        if isinstance(loaded, dict):
+            return _clean(loaded)
+        problems.append(f"{SUITE_FILE} is not a JSON object; runs were listed from the folder")
+    except (OSError, ValueError) as exc:
+        problems.append(f"{SUITE_FILE} unreadable ({type(exc).__name__}); runs were listed from the folder")
+    return {}
+
+
+def _listed_runs(meta: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
+    """suite.json's run entries as dicts with an ``id``; an entry that is not a run id is left out (and said)."""
+    planned: list[dict[str, Any]] = []
+    listed_runs = meta.get("runs") if isinstance(meta.get("runs"), list) else []
+    for entry in listed_runs:
+        run_id = (entry.get("id") or entry.get("run_id")) if isinstance(entry, dict) else entry
+        if not is_run_id(run_id):  # '../x' would read outside the folder
+            problems.append(f"{SUITE_FILE} lists {fmt.cap_text(repr(run_id), 80)}, which is not a run id (one folder "
+                            f"name under {RUNS_DIR}/); left out")
+        elif isinstance(entry, str):
+            planned.append({"id": entry})
+        else:
+            planned.append({**entry, "id": run_id})
+    return planned
+
+
+def _read_runs(suite_dir: Path, planned: list[dict[str, Any]], problems: list[str]) -> list[Run]:
+    """The listed runs, then any other run folder with a result (sorted by id), each read; none is read under a
+    ``runs/`` that is not a plain folder (each is a placeholder saying why)."""
+    listed = {p["id"] for p in planned}
+    runs_root = suite_dir / RUNS_DIR
+    linked = not_plain(runs_root, "folder")
+    if linked:  # `bench run` refuses a linked runs/ too: results from elsewhere are not this suite's
+        problems.append(f"{RUNS_DIR}/ {linked}; no result under it was read (the report reads only plain folders "
+                        f"and files inside the suite folder)")
+        return [Run(run_id=p["id"], result=_placeholder(p["id"], p), note=f"not read: {RUNS_DIR}/ {linked}")
+                for p in planned]
+    if runs_root.is_dir():
+        for child in sorted(runs_root.iterdir()):
+            if (child.is_dir() and not child.is_symlink() and child.name not in listed
+                    and (child / RESULT_FILE).exists()):
+                planned.append({"id": child.name})
+    return [_load_run(runs_root / p["id"], p, problems) for p in planned]
 
 
 def read_headline_mode(suite_dir: Path, problems: list[str]) -> str:

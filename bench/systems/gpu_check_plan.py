@@ -523,7 +523,7 @@ def sleep_wake_check(preset: str, overrides: list[str], device: str, seed: int =
     from bench.config.loading import load_spec
     from bench.model.generation import decoding_settings, vllm_options
     from bench.model.vllm_backend import VllmGenerator
-    from bench.telemetry.memory import NVML_DEVICE, SampledReaders
+    from bench.telemetry.memory import SampledReaders
 
     spec = load_spec(preset, [*overrides, "generation.backend=vllm", f"device={device}"])
     config = architecture_config(str(spec.model.architecture), spec.model.scale)
@@ -543,15 +543,7 @@ def sleep_wake_check(preset: str, overrides: list[str], device: str, seed: int =
         return [c.token_ids for group in generator.generate(prompts, settings, n=1) for c in group]
 
     try:
-        before = rollout()
-        memory = {"awake": _memory_reading(readers, device)}
-        sleeps = generator.sleep_available()
-        generator.sleep()
-        memory["asleep"] = _memory_reading(readers, device)
-        generator.wake()
-        memory["after wake"] = _memory_reading(readers, device)
-        after = rollout()
-        kv_bytes = int(generator.kv_cache()["bytes"])
+        before, after, memory, sleeps, kv_bytes = _sleep_wake_cycle(generator, rollout, readers, device)
     finally:
         if readers is not None:
             readers.close()
@@ -567,19 +559,8 @@ def sleep_wake_check(preset: str, overrides: list[str], device: str, seed: int =
                      "hold its memory through the update -> WRONG")
         ok = False
     else:
-        for moment, reading in memory.items():
-            lines.append(f"  {moment}: " + ", ".join(f"{name} {gib(value)} GiB" for name, value in reading.items()))
-        source = NVML_DEVICE if all(NVML_DEVICE in r for r in memory.values()) else "cuda-driver-used"
-        released = memory["awake"][source] - memory["asleep"][source]
-        restored = memory["after wake"][source] - memory["asleep"][source]
-        need = SLEEP_RELEASE_SHARE * kv_bytes
-        fits = released >= need and restored >= need
-        lines.append(f"  {source}: released {gib(released)} GiB asleep, took back {gib(restored)} GiB awake; "
-                     f"needs {gib(need)} GiB ({SLEEP_RELEASE_SHARE:.0%} of the KV cache) each -> "
-                     f"{'ok' if fits else 'WRONG'}")
-        reserved = [gib(memory[m]["cuda-reserved"]) for m in memory]
-        lines.append(f"  cuda-reserved (torch's allocator): {' / '.join(reserved)} GiB awake / asleep / after wake "
-                     f"(no verdict: vLLM unmaps the memory behind it)")
+        memory_lines, fits = _sleep_memory_verdict(memory, kv_bytes)
+        lines += memory_lines
         ok = ok and fits
     lines.append(f"  first rollout after wake: {equal} of {len(before)} completions equal to the engine's before it "
                  f"ever slept (sampler seeded {seed} both times) -> {'ok' if equal == len(before) else 'WRONG'}")
@@ -588,6 +569,45 @@ def sleep_wake_check(preset: str, overrides: list[str], device: str, seed: int =
               "sleep_mode": sleeps, "kv_cache_bytes": kv_bytes, "memory_bytes": memory,
               "rollouts_equal": equal, "rollouts": len(before), "passed": ok, "lines": lines}
     return ok, lines, record
+
+
+def _sleep_wake_cycle(generator: Any, rollout: Callable[[], list[list[int]]], readers: Any, device: str
+                      ) -> tuple[list[list[int]], list[list[int]], dict[str, dict[str, int]], bool, int]:
+    """A rollout, memory awake, sleep, memory asleep, wake, memory awake again, the same rollout:
+    (rollout before, rollout after, memory per moment, whether the engine has a sleep mode, KV cache bytes)."""
+    before = rollout()
+    memory = {"awake": _memory_reading(readers, device)}
+    sleeps = generator.sleep_available()
+    generator.sleep()
+    memory["asleep"] = _memory_reading(readers, device)
+    generator.wake()
+    memory["after wake"] = _memory_reading(readers, device)
+    after = rollout()
+    kv_bytes = int(generator.kv_cache()["bytes"])
+    return before, after, memory, sleeps, kv_bytes
+
+
+def _sleep_memory_verdict(memory: dict[str, dict[str, int]], kv_bytes: int) -> tuple[list[str], bool]:
+    """(lines, passed) of the memory readings on a GPU: the used memory (NVML's device reading, else the CUDA
+    driver's) must fall asleep and rise on waking by :data:`SLEEP_RELEASE_SHARE` of the KV cache; torch's
+    ``memory_reserved`` is shown without a verdict."""
+    from bench.telemetry.memory import NVML_DEVICE
+
+    lines = []
+    for moment, reading in memory.items():
+        lines.append(f"  {moment}: " + ", ".join(f"{name} {gib(value)} GiB" for name, value in reading.items()))
+    source = NVML_DEVICE if all(NVML_DEVICE in r for r in memory.values()) else "cuda-driver-used"
+    released = memory["awake"][source] - memory["asleep"][source]
+    restored = memory["after wake"][source] - memory["asleep"][source]
+    need = SLEEP_RELEASE_SHARE * kv_bytes
+    fits = released >= need and restored >= need
+    lines.append(f"  {source}: released {gib(released)} GiB asleep, took back {gib(restored)} GiB awake; "
+                 f"needs {gib(need)} GiB ({SLEEP_RELEASE_SHARE:.0%} of the KV cache) each -> "
+                 f"{'ok' if fits else 'WRONG'}")
+    reserved = [gib(memory[m]["cuda-reserved"]) for m in memory]
+    lines.append(f"  cuda-reserved (torch's allocator): {' / '.join(reserved)} GiB awake / asleep / after wake "
+                 f"(no verdict: vLLM unmaps the memory behind it)")
+    return lines, fits
 
 
 # -- command line -------------------------------------------------------------------------------------------

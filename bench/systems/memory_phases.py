@@ -296,95 +296,129 @@ def phase_moments(shape: Shape, method: str, s: Settings, nets: dict[str, Networ
     TRL's modules hold bf16 weights there (no autocast casts, a bf16 residual); the suite's engine keeps float32
     modules under its own autocast (the casts of one GPU) and, under ZeRO-3, generates inside a gather of the whole
     float32 actor (bf16 in the what-if layout)."""
-    compute = s.compute
     zero = layout is not None and layout.stage > 0
     engine = method in ENGINE_METHODS
     bf16_modules = zero and not engine and s.dtype != "float32"  # DeepSpeed's bf16 modules: nothing to cast
     # Each GPU runs micro-batches of the same size on its share of the step (fewer when the share is smaller).
     mb = min(s.micro_sequences(method), max(1, math.ceil(s.sequences_per_step(method) / share)))
-    L = s.prompt_tokens + s.completion_tokens
-    actor = nets["actor"]
-    A = trained_net(shape, s, actor, bf16_modules)
-    what_if = layout is not None and layout.what_if_engine
     out: dict[str, Moments] = {}
     grads = sum(n.gradients_bytes for n in nets.values())
     freed = not engine and not zero  # TRL's Trainer frees gradients after each optimizer step (set_to_none)
 
     if method != "dpo":
-        rollout = max(1, math.ceil(s.prompts_per_step * s.group_size / share))
-        if bf16_modules:
-            casts = 0
-        elif engine:
-            casts = 0 if what_if else transient_cast(shape, s, actor)  # Engine.sample: autocast's cache off
-        else:  # TRL: each decoding forward is its own cached autocast region (accelerate wraps forward)
-            casts = actor.working_copy_bytes
-        residual = A.residual  # the what-if's bf16 copy computes in the one numerics too: K stays float32
-        gen = generation_moments(shape, s, rollout, s.prompt_tokens, s.completion_tokens, residual, compute, casts)
-        gathered: Terms = {}
-        if zero and layout.stage == 3 and engine:
-            # Engine.sample runs in deepspeed.zero.GatheredParameters of every actor parameter: whole float32
-            # tensors on every rank beside the shard it keeps (the what-if: a bf16 gather).
-            gathered["gathered_actor"] = actor.parameters * (2 if what_if else 4)
-        elif zero and layout.stage == 3 and s.ds3_gather_for_generation:
-            # TRL's unwrap_model_for_generation gathers every shard of the policy: the whole module minus this
-            # GPU's own shard (with the weights offloaded, the whole module).
-            whole = actor.parameters * DTYPE_BYTES[s.dtype]
-            gathered["gathered_policy"] = whole - (0 if layout.offload_params else math.ceil(whole / layout.gpus))
-        out["generation"] = {name: {**terms, **gathered} for name, terms in gen.items()}
+        out["generation"] = rollout_generation(shape, s, nets["actor"], engine, bf16_modules, share, layout)
         if "reward" in nets:
+            L = s.prompt_tokens + s.completion_tokens
             out["reward"] = {"reward model forward": {
-                "forward_working": forward_working_bytes(shape, compute, mb * L),
+                "forward_working": forward_working_bytes(shape, s.compute, mb * L),
                 "last_hidden_state": mb * L * shape.hidden * nets["reward"].residual_bytes}}
     if engine:
-        T = s.completion_tokens
-        chunk = 4 * T * shape.vocab
-        if "reference" in nets:
-            out["reference"] = {"reference log-probs": {
-                "forward_working": forward_working_bytes(shape, compute, mb * L),
-                "logits": DTYPE_BYTES[compute] * mb * (T + 1) * shape.vocab,
-                "fp32_logit_chunks": (LOGPROB_CHUNKS if compute != "float32" else 1) * chunk}}
-        if "critic" in nets:
-            critic = nets["critic"]
-            out["critic"] = {"rollout values": {
-                "critic_weight_casts": trained_net(shape, s, critic, bf16_modules).casts,
-                "forward_working": forward_working_bytes(shape, compute, mb * L),
-                "last_hidden_state": mb * L * shape.hidden * critic.residual_bytes}}
-        out["update"] = engine_update(shape, method, s, nets, mb, bf16_modules)
+        out.update(engine_phases(shape, method, s, nets, mb, bf16_modules))
     else:
-        update = trl_update(shape, method, s, nets, mb, bf16_modules)
-        if freed:
-            update = {name: {"gradients": grads, **terms} for name, terms in update.items()}
-        out["update"] = update
-        if method == "dpo":  # the reference forward inside the loss, after the policy's forward
-            policy = update["policy forward"]
-            kept = {k: v for k, v in policy.items() if k in ("gradients", "actor_activations")}
-            if not s.gradient_checkpointing:
-                kept["actor_casts_saved"] = policy["actor_weight_casts"]
-            out["reference"] = {"reference forward in the loss": {**kept, **trl_reference_forward(shape, s, mb)}}
-        elif "reference" in nets:
-            out["reference"] = {"reference log-probs": trl_reference_forward(shape, s, mb)}
+        out.update(trl_phases(shape, method, s, nets, mb, bf16_modules, grads if freed else None))
 
     out["optimizer_step"] = {"step": {**({"gradients": grads} if freed else {}),
                                       **optimizer_step_terms(s, nets, layout)}}
 
     if s.evaluation:  # the worker evaluates the trained policy with every network and optimizer still resident
-        residual = A.residual if not bf16_modules else DTYPE_BYTES[s.dtype]
-        casts = 0 if bf16_modules else transient_cast(shape, s, actor)
-        evaluation = generation_moments(shape, s, s.eval_batch_size, s.prompt_tokens, s.eval_completion_tokens,
-                                        residual, compute, casts)
-        if zero and layout.stage == 3 and what_if:
-            # The what-if evaluates as it generates: from a bf16 gather of the actor.
-            evaluation = {name: {**terms, "gathered_actor": actor.parameters * 2} for name, terms in evaluation.items()}
-        elif zero and layout.stage == 3:
-            # Rank 0 evaluates a whole copy of each trained network, built as the recipe builds it (float32 masters;
-            # the engine's _whole_copy of the actor and the critic, TRL's common.evaluable_policy of the policy),
-            # beside its shards: rank 0's peak.
-            whole = sum(n.weights_bytes for n in nets.values() if n.trained and (engine or n.role == "actor"))
-            evaluation = {name: {**terms, "whole_copy_rank0": whole} for name, terms in evaluation.items()}
-        out["evaluation"] = evaluation
+        out["evaluation"] = final_evaluation(shape, s, nets, engine, bf16_modules, layout)
     if s.generation_backend == "vllm":  # vLLM's weights copy and KV cache instead of HF generate's terms
         out = with_vllm(out, method, s, reservation(shape, method, s))
     return out
+
+
+def rollout_generation(shape: Shape, s: Settings, actor: NetworkMemory, engine: bool, bf16_modules: bool,
+                       share: int, layout: Layout | None) -> Moments:
+    """The rollout's generation phase: this GPU's share of the step's completions decoded by the actor, with the
+    bf16 casts its forwards hold and, under ZeRO-3, the actor's gathered weights."""
+    zero = layout is not None and layout.stage > 0
+    what_if = layout is not None and layout.what_if_engine
+    rollout = max(1, math.ceil(s.prompts_per_step * s.group_size / share))
+    if bf16_modules:
+        casts = 0
+    elif engine:
+        casts = 0 if what_if else transient_cast(shape, s, actor)  # Engine.sample: autocast's cache off
+    else:  # TRL: each decoding forward is its own cached autocast region (accelerate wraps forward)
+        casts = actor.working_copy_bytes
+    # The actor's residual: the what-if's bf16 copy computes in the one numerics too, so K stays float32.
+    residual = trained_net(shape, s, actor, bf16_modules).residual
+    gen = generation_moments(shape, s, rollout, s.prompt_tokens, s.completion_tokens, residual, s.compute, casts)
+    gathered: Terms = {}
+    if zero and layout.stage == 3 and engine:
+        # Engine.sample runs in deepspeed.zero.GatheredParameters of every actor parameter: whole float32
+        # tensors on every rank beside the shard it keeps (the what-if: a bf16 gather).
+        gathered["gathered_actor"] = actor.parameters * (2 if what_if else 4)
+    elif zero and layout.stage == 3 and s.ds3_gather_for_generation:
+        # TRL's unwrap_model_for_generation gathers every shard of the policy: the whole module minus this
+        # GPU's own shard (with the weights offloaded, the whole module).
+        whole = actor.parameters * DTYPE_BYTES[s.dtype]
+        gathered["gathered_policy"] = whole - (0 if layout.offload_params else math.ceil(whole / layout.gpus))
+    return {name: {**terms, **gathered} for name, terms in gen.items()}
+
+
+def engine_phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], mb: int,
+                  bf16_modules: bool) -> dict[str, Moments]:
+    """The suite engine's phases after generation: the reference's log-probs, the critic's rollout values (each
+    when the method has the network) and the update (:func:`engine_update`)."""
+    compute, L, T = s.compute, s.prompt_tokens + s.completion_tokens, s.completion_tokens
+    chunk = 4 * T * shape.vocab
+    out: dict[str, Moments] = {}
+    if "reference" in nets:
+        out["reference"] = {"reference log-probs": {
+            "forward_working": forward_working_bytes(shape, compute, mb * L),
+            "logits": DTYPE_BYTES[compute] * mb * (T + 1) * shape.vocab,
+            "fp32_logit_chunks": (LOGPROB_CHUNKS if compute != "float32" else 1) * chunk}}
+    if "critic" in nets:
+        critic = nets["critic"]
+        out["critic"] = {"rollout values": {
+            "critic_weight_casts": trained_net(shape, s, critic, bf16_modules).casts,
+            "forward_working": forward_working_bytes(shape, compute, mb * L),
+            "last_hidden_state": mb * L * shape.hidden * critic.residual_bytes}}
+    out["update"] = engine_update(shape, method, s, nets, mb, bf16_modules)
+    return out
+
+
+def trl_phases(shape: Shape, method: str, s: Settings, nets: dict[str, NetworkMemory], mb: int,
+               bf16_modules: bool, freed_gradients: int | None) -> dict[str, Moments]:
+    """TRL's phases after generation: the update (:func:`trl_update`; ``freed_gradients``: the gradients' bytes,
+    live through it, where the Trainer frees them after each step, else None) and the reference's forward (DPO's
+    inside the loss, on top of the policy's saved activations)."""
+    update = trl_update(shape, method, s, nets, mb, bf16_modules)
+    if freed_gradients is not None:
+        update = {name: {"gradients": freed_gradients, **terms} for name, terms in update.items()}
+    out: dict[str, Moments] = {"update": update}
+    if method == "dpo":  # the reference forward inside the loss, after the policy's forward
+        policy = update["policy forward"]
+        kept = {k: v for k, v in policy.items() if k in ("gradients", "actor_activations")}
+        if not s.gradient_checkpointing:
+            kept["actor_casts_saved"] = policy["actor_weight_casts"]
+        out["reference"] = {"reference forward in the loss": {**kept, **trl_reference_forward(shape, s, mb)}}
+    elif "reference" in nets:
+        out["reference"] = {"reference log-probs": trl_reference_forward(shape, s, mb)}
+    return out
+
+
+def final_evaluation(shape: Shape, s: Settings, nets: dict[str, NetworkMemory], engine: bool, bf16_modules: bool,
+                     layout: Layout | None) -> Moments:
+    """The worker's evaluation of the trained policy (greedy generation at the eval batch size) with every network
+    and optimizer still resident; under ZeRO-3 also the gathered or whole copy it evaluates."""
+    actor = nets["actor"]
+    zero = layout is not None and layout.stage > 0
+    what_if = layout is not None and layout.what_if_engine
+    residual = trained_net(shape, s, actor, bf16_modules).residual if not bf16_modules else DTYPE_BYTES[s.dtype]
+    casts = 0 if bf16_modules else transient_cast(shape, s, actor)
+    evaluation = generation_moments(shape, s, s.eval_batch_size, s.prompt_tokens, s.eval_completion_tokens,
+                                    residual, s.compute, casts)
+    if zero and layout.stage == 3 and what_if:
+        # The what-if evaluates as it generates: from a bf16 gather of the actor.
+        evaluation = {name: {**terms, "gathered_actor": actor.parameters * 2} for name, terms in evaluation.items()}
+    elif zero and layout.stage == 3:
+        # Rank 0 evaluates a whole copy of each trained network, built as the recipe builds it (float32 masters;
+        # the engine's _whole_copy of the actor and the critic, TRL's common.evaluable_policy of the policy),
+        # beside its shards: rank 0's peak.
+        whole = sum(n.weights_bytes for n in nets.values() if n.trained and (engine or n.role == "actor"))
+        evaluation = {name: {**terms, "whole_copy_rank0": whole} for name, terms in evaluation.items()}
+    return evaluation
 
 
 CPU_ADAMW_TEMPORARIES = 3
