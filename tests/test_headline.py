@@ -56,7 +56,7 @@ def test_each_method_line_has_its_interval_its_tested_change_and_its_peak_with_t
     # (GRPO and PPO x 2 seeds; the control arm is not in the family) = 0.125: not below 0.05.
     assert "+25.0 pp from the start (40.0%); McNemar against the start, Holm over its family of 4: p_holm < 0.05 " \
            "in 0 of 2 seed(s)" in grpo
-    assert grpo.endswith("peak 500.0 MiB (cpu-rss, max over 2 seeds).")
+    assert grpo.endswith("peak 500.0 MiB (cpu-rss, mean over 2 seeds).")
     assert not any(line.startswith("Control") for line in lines)  # a pipeline check, not a contestant
 
 
@@ -65,14 +65,16 @@ def test_the_ppo_sentence_follows_the_measured_ratio_and_the_seed_test(suite: Pa
         _edit(suite, f"ppo-s{seed}", memory__peak_bytes=800 * 2 ** 20)
     sentence = headline_block(load_suite(suite))[-1]
     assert sentence.startswith("PPO's four networks (actor, critic, reward model, reference) cost 1.60x GRPO's peak "
-                               "memory (800.0 MiB against 500.0 MiB, cpu-rss, mean over seeds)")
+                               "memory (800.0 MiB against 500.0 MiB, cpu-rss, mean over seeds 0, 1)")
     # PPO - GRPO: 40 - 70 and 50 - 60: -30 and -10 pp; the paired t-test over 2 seeds cannot tell -20 pp from zero.
     assert "an accuracy difference of -20.0 pp that the seeds cannot tell from zero (paired t-test over 2 seeds" \
            in sentence
 
 
 def test_no_ratio_across_memory_sources(suite: Path) -> None:
-    _edit(suite, "ppo-s0", memory__source="cuda-allocated")
+    _edit(suite, "ppo-s0", memory__source="cuda-allocated")  # seed 1 still has both on cpu-rss: its ratio alone
+    assert "(500.0 MiB against 500.0 MiB, cpu-rss, seed 1)" in headline_block(load_suite(suite))[-1]
+    _edit(suite, "ppo-s1", memory__source="cuda-allocated")
     assert "a peak memory not measured on one source for both" in headline_block(load_suite(suite))[-1]
 
 
@@ -80,6 +82,21 @@ def test_an_unlearned_reward_model_flags_ppo_in_the_block(suite: Path) -> None:
     lines = headline_block(load_suite(_with_reward_model(suite, 0.52)))
     assert any(line.startswith("PPO (reward model) [reward model did not learn]: ") for line in lines)
     assert "against GRPO" in lines[-1]
+    # The cost-and-buy sentence carries the flag too: it is PPO against that reward model, not against the task.
+    assert lines[-1].endswith("[reward model did not learn: this is PPO against a reward model that ranks held-out "
+                              "pairs no better than its untrained head, not PPO against the task.]"), lines[-1]
+
+
+def test_the_ppo_ratio_uses_only_the_seeds_both_methods_measured(suite: Path) -> None:
+    """PPO 800 MiB on seed 0 only (seed 1 has no reading): the ratio is seed 0's, not PPO's seed 0 over GRPO's
+    mean over two seeds; each method's own line is the mean of its peaks."""
+    _edit(suite, "ppo-s0", memory__peak_bytes=800 * 2 ** 20)
+    _edit(suite, "ppo-s1", memory__peak_bytes=None)
+    _edit(suite, "grpo-s1", memory__peak_bytes=700 * 2 ** 20)
+    lines = headline_block(load_suite(suite))
+    assert "cost 1.60x GRPO's peak memory (800.0 MiB against 500.0 MiB, cpu-rss, seed 0)" in lines[-1], lines[-1]
+    grpo = next(line for line in lines if line.startswith("GRPO:"))
+    assert grpo.endswith("peak 600.0 MiB (cpu-rss, mean over 2 seeds).")
 
 
 def test_the_setup_line_names_model_task_and_budget(suite: Path) -> None:

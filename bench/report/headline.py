@@ -103,16 +103,17 @@ def size_text(value: float) -> str:
 
 
 def peak_text(runs: list[Run]) -> str:
-    """'peak 852.0 MiB (cpu-rss, max over 3 seeds)': the highest whole-run reading, with its source."""
+    """'peak 852.0 MiB (cpu-rss, mean over 3 seeds)': the mean of the runs' whole-run peaks, with its source (the
+    statistic the PPO sentence's ratio uses, so one method has one peak on the page's headline)."""
     readings = [(fmt.num(r.result.get("memory", {}).get("peak_bytes")), r.result.get("memory", {}).get("source"))
                 for r in runs]
     readings = [(b, s) for b, s in readings if b is not None]
     if not readings:
         return f"peak memory {fmt.NOT_MEASURED}"
     sources = {s or "source unknown" for _, s in readings}
-    peak = max(b for b, _ in readings)
+    peak = sum(b for b, _ in readings) / len(readings)
     source = sources.pop() if len(sources) == 1 else "mixed sources"
-    over = f", max over {len(readings)} seeds" if len(readings) > 1 else ""
+    over = f", mean over {len(readings)} seeds" if len(readings) > 1 else ""
     return f"peak {size_text(peak)} ({source}{over})"
 
 
@@ -137,11 +138,20 @@ def _by_method(suite: Suite, method: str) -> list[Run]:
     return [r for r in suite.methods if r.status == "ok" and r.result.get("method") == method]
 
 
-def _mean_peak(runs: list[Run]) -> tuple[float | None, set[str]]:
-    peaks = [(fmt.num(r.result.get("memory", {}).get("peak_bytes")), r.result.get("memory", {}).get("source"))
-             for r in runs]
-    peaks = [(b, s) for b, s in peaks if b is not None]
-    return (sum(b for b, _ in peaks) / len(peaks) if peaks else None), {s for _, s in peaks}
+def _matched_peaks(a: list[Run], b: list[Run]) -> tuple[float, float, str, list[Any]] | None:
+    """Both methods' mean whole-run peak over the seeds where both recorded one on the same source:
+    (a bytes, b bytes, source, seeds), or None when no seed has both on one source."""
+    def by_seed(runs: list[Run]) -> dict[Any, tuple[float, Any]]:
+        return {r.result.get("seed"): (peak, r.result.get("memory", {}).get("source")) for r in runs
+                if (peak := fmt.num(r.result.get("memory", {}).get("peak_bytes"))) is not None}
+
+    pa, pb = by_seed(a), by_seed(b)
+    seeds = [s for s in pa if s in pb and pa[s][1] == pb[s][1]]
+    sources = {pa[s][1] for s in seeds}
+    if not seeds or len(sources) != 1:
+        return None
+    return (sum(pa[s][0] for s in seeds) / len(seeds), sum(pb[s][0] for s in seeds) / len(seeds),
+            str(sources.pop() or "source unknown"), seeds)
 
 
 def ppo_sentence(suite: Suite) -> str | None:
@@ -153,11 +163,12 @@ def ppo_sentence(suite: Suite) -> str | None:
     if not ppo or not reference:
         return None
     a, b = ppo[0].label, reference[0].label
-    ppo_peak, ppo_sources = _mean_peak(ppo)
-    ref_peak, ref_sources = _mean_peak(reference)
-    if ppo_peak and ref_peak and len(ppo_sources | ref_sources) == 1:
+    matched = _matched_peaks(ppo, reference)
+    if matched and matched[0] and matched[1]:
+        ppo_peak, ref_peak, source, both = matched
+        over = f"seed {both[0]}" if len(both) == 1 else f"mean over seeds {', '.join(map(str, both))}"
         cost = (f"{ppo_peak / ref_peak:.2f}x {b}'s peak memory ({size_text(ppo_peak)} against "
-                f"{size_text(ref_peak)}, {next(iter(ppo_sources))}, mean over seeds)")
+                f"{size_text(ref_peak)}, {source}, {over})")
     else:
         cost = "a peak memory not measured on one source for both"
     test = next((t for t in seeds.seed_tests(suite) if {t["a"], t["b"]} == {a, b}), None)
@@ -179,7 +190,12 @@ def ppo_sentence(suite: Suite) -> str | None:
         else:
             bought = (f"an accuracy difference of {100 * diff:+.1f} pp that the seeds cannot tell from zero (paired "
                       f"t-test over {len(test['seeds'])} seeds, p_holm = {p})")
-    return f"PPO's four networks (actor, critic, reward model, reference) cost {cost} and bought {bought} against {b}."
+    sentence = (f"PPO's four networks (actor, critic, reward model, reference) cost {cost} and bought {bought} "
+                f"against {b}.")
+    if ppo[0].flag:  # what PPO bought is then bounded by a reward model that ranks pairs no better than untrained
+        sentence += (f" [{ppo[0].flag}: this is PPO against a reward model that ranks held-out pairs no better than "
+                     f"its untrained head, not PPO against the task.]")
+    return sentence
 
 
 def reward_model_line(suite: Suite) -> str | None:
