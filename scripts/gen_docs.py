@@ -447,7 +447,7 @@ def configuration_page(root: Path = ROOT) -> str:
     nested_docs = {f"{m.dotted}:{name}": info.doc for m in src.modules.values() for name, info in m.classes.items()}
     for section in spec:
         out += section_markdown(section, nested_docs)
-    out += ["", "# Method settings", "",
+    out += ["", "## Method settings", "",
             "`methods.<name>` holds each registered run's own settings: only the fields that method has. A key left "
             "unset takes the default shown here; `null` for a rate or coefficient means the matched budget's value "
             "(`train.learning_rate`, `train.kl_beta`), and anything a method sets differently from the budget is "
