@@ -826,10 +826,11 @@ def _with_reward_model(suite: Path, accuracy: float, untrained: float = 0.5) -> 
 def test_a_reward_model_at_chance_is_said_plainly_and_flags_its_arm_everywhere(tmp_path: Path) -> None:
     # Issue 31: 55% [48.1, 61.7] of 200 is not distinguishable from chance, not 'at chance'; the arm trained
     # against it carries the flag in its name in every table, figure and the headline.
-    from bench.report.tables import reward_model_check, reward_model_table
+    from bench.report.reward_check import reward_model_check
+    from bench.report.tables import reward_model_table
 
     suite = _with_reward_model(_stats_suite(tmp_path), 0.55)
-    check = reward_model_check(load_suite(suite))
+    check = reward_model_check(load_suite(suite).runs)
     # 110 of 200: z^2 = 3.8416, denom = 1.019208, centre = (0.55 + 0.009604) / 1.019208 = 0.549058,
     # half = (1.96 / 1.019208) x sqrt(0.2475/200 + 3.8416/160000) = 1.923062 x 0.0355177 = 0.068303.
     assert (check["n"], check["correct"]) == (200, 110)
@@ -853,6 +854,12 @@ def test_a_reward_model_at_chance_is_said_plainly_and_flags_its_arm_everywhere(t
     md = (suite / "summary.md").read_text(encoding="utf-8")
     assert "PPO (reward model) |" not in md and "| PPO (reward model) [reward model did not learn]" in md
     assert md.count("The reward model did not learn") >= 1
+    # The plain sentence opens the section on PPO (reward model)'s reward model, before its numbers.
+    section = md[md.index("## Reward model: what PPO (reward model) trains against"):]
+    assert section.index("> **Warning:** The reward model did not learn") < section.index("| stage |"), section[:900]
+    page = (suite / "index.html").read_text(encoding="utf-8")
+    html_section = page[page.index('id="reward_model"'):]
+    assert html_section.index("The reward model did not learn") < html_section.index("<table>")
     assert "PPO (reward model) [reward model did not learn]" in (suite / "results.csv").read_text(encoding="utf-8")
 
 

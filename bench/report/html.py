@@ -15,6 +15,7 @@ import jinja2
 
 from bench.report import citation, claims, findings, fmt, headline, overview, scaling, summary, tables
 from bench.report import phases as phase_times
+from bench.report import trackers as live_curves
 from bench.report.figures import FigureInfo
 from bench.report.load import Suite
 
@@ -73,13 +74,13 @@ table.claims col.measured { width: 27%; } table.claims col.verdict { width: 10%;
 {% if t %}
 <h{{ level }} id="{{ key }}">{{ title }}</h{{ level }}>
 <p class="meta">{{ intro(key) }}</p>
+{% for w in t.warnings %}<p class="warning"><strong>Warning:</strong> {{ w }}</p>{% endfor %}
 <div class="scroll"><table>
 <tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in t.rows %}{% set i = loop.index0 %}<tr>{% for c in row %}
 {%- if t.best is defined and (i, loop.index0) in t.best %}<td class="best">{{ c|keep_together }}</td>
 {%- elif align %}{{ cell(c) }}{% else %}<td>{{ c }}</td>{% endif %}{% endfor %}</tr>{% endfor %}
 </table></div>
-{% for w in t.warnings %}<p class="warning"><strong>Warning:</strong> {{ w }}</p>{% endfor %}
 {% if t.notes %}<ul class="notes">{% for n in t.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
 {% endif %}
 {% endmacro %}
@@ -203,6 +204,10 @@ is under <a href="#networks">Networks resident while training</a>, decoding unde
 {% endif %}
 
 {{ table_section("Max lengths and truncation", "lengths", detail.lengths) }}
+
+{% if tensorboard %}<p class="meta" id="live-curves">Every run's training curves, as they were logged live, in
+TensorBoard: <code class="cmd">{{ tensorboard }}</code></p>{% endif %}
+{% for w in tracker_warnings %}<p class="warning"><strong>Tracker warning</strong> (the run's numbers are unaffected): {{ w }}</p>{% endfor %}
 
 {% if figures %}
 <h2 id="figures">Figures</h2>
@@ -390,6 +395,8 @@ def render_html(suite: Suite, figures: list[FigureInfo]) -> str:
         environment=environment,
         environment_run=env_run,
         spec=_spec_text(suite),
+        tensorboard=live_curves.tensorboard_command(suite),
+        tracker_warnings=live_curves.tracker_warnings(suite),
     )
 
 

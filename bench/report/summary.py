@@ -101,13 +101,14 @@ def _md_section(title: str, key: str, table: fmt.Table) -> list[str]:
 
 
 def md_table_section(title: str, intro_text: str, table: fmt.Table) -> list[str]:
-    """A titled Markdown table: intro, the table (best cells of a MarkedTable in bold), warnings and notes."""
+    """A titled Markdown table: intro, its warnings (at the top, so a caveat is read before the numbers it
+    qualifies), the table (best cells of a MarkedTable in bold) and notes."""
     if not table:
         return []
     best = getattr(table, "best", set())
     rows = [[f"**{c}**" if (i, j) in best else c for j, c in enumerate(row)] for i, row in enumerate(table.rows)]
-    lines = [f"## {title}", ""] + ([intro_text, ""] if intro_text else []) + [_md_table(table.header, rows), ""]
-    lines += warning_lines(table.warnings)
+    lines = [f"## {title}", ""] + ([intro_text, ""] if intro_text else []) + warning_lines(table.warnings)
+    lines += [_md_table(table.header, rows), ""]
     lines += [f"- {_md_cell(n)}" for n in table.notes] + ([""] if table.notes else [])
     return lines
 
@@ -145,7 +146,8 @@ KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation", "mem
 
 
 TITLES = {"per_seed": "Accuracy per seed", "seed_tests": "Seed-level tests", "start_tests":
-          "Against the starting checkpoint", "reward_model": "Reward model", "control": "Control arm (lr 0)",
+          "Against the starting checkpoint", "reward_model": "Reward model: what PPO (reward model) trains against",
+          "control": "Control arm (lr 0)",
           "anchors": "Published anchors (external)", "overoptimisation": "Reward over-optimisation (PPO, reward model)",
           "dynamics": "Training dynamics", "monitors": "Reward-hacking monitors (final evaluation)"}
 """Section titles of the statistics tables (tables.detail_tables keys); an unknown key is titled from its name."""
