@@ -216,7 +216,8 @@ def test_gsm8k_files_and_a_local_model_folder_run_through_the_suite(tmp_path: Pa
 def test_report_statistics_from_the_real_files(suite: Path) -> None:
     """Issue 9 on real result files: every method against the warm start, the reward model's interval, the modes."""
     from bench.report.load import load_suite, results_frame
-    from bench.report.tables import control_checks, reward_model_check, start_tests
+    from bench.report.reward_check import reward_model_check
+    from bench.report.tables import control_checks, start_tests
 
     loaded = load_suite(suite)
     assert not [p for p in loaded.problems if "malformed" in p]  # every ok result passes the schema check
@@ -225,7 +226,7 @@ def test_report_statistics_from_the_real_files(suite: Path) -> None:
     assert sorted(tests) == sorted(methods)  # each method paired with the warm start's own verdicts
     n = result(suite, "warm_start")["accuracy"]["n_questions"]
     assert all(t["n"] == n and 0 <= t["p_value"] <= t["p_holm"] <= 1 for t in tests.values())
-    check = reward_model_check(loaded)
+    check = reward_model_check(loaded.runs)
     assert check is not None and check["n"] > 0 and check["low"] <= check["accuracy"] <= check["high"]
     frame = results_frame(loaded)
     assert set(frame["headline_mode"]) == {loaded.headline_mode}
@@ -247,3 +248,18 @@ def test_the_report_passes_the_browser_check(suite: Path) -> None:
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert shot.is_file() and shot.stat().st_size > 10_000
+
+
+def test_tensorboard_holds_every_runs_curves(suite: Path) -> None:
+    """Issue 37: every run logged to TensorBoard (the default telemetry.report_to) under the curves' own names; read
+    back with TensorBoard's reader, its scalars equal result.json's curves at the same steps, with no warning."""
+    from test_trackers import assert_tensorboard_equals_curves
+
+    planned = json.loads((suite / "suite.json").read_text())["runs"]
+    for run_id in planned:
+        data = result(suite, run_id)
+        record = data["trackers"]
+        assert record["run_name"] == f"{suite.name}/{run_id}" and record["warnings"] == [], (run_id, record)
+        if data["curves"]:  # the sample pool trains nothing
+            assert_tensorboard_equals_curves(suite / "runs" / run_id, data["curves"])
+    assert f"tensorboard --logdir {suite / 'runs'}" in (suite / "index.html").read_text()

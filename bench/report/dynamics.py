@@ -289,19 +289,10 @@ def _se(a: float | None, b: float | None) -> float:
 
 
 # --- the reward model's signal: its held-out pair accuracy (bench.report.reward_check) -------------------------
-REWARD_STAGE = reward_check.REWARD_STAGE
-CHANCE = reward_check.CHANCE
-
-
-def reward_model_check(suite: Suite) -> dict[str, Any] | None:
-    """The reward-model stage's held-out check (:func:`bench.report.reward_check.reward_model_check`)."""
-    return reward_check.reward_model_check(suite.runs)
-
-
 def reward_model_at_chance(suite: Suite) -> dict[str, Any] | None:
     """The reward model's held-out check when it did not learn (interval at or below chance, or not above its
     untrained head), else None."""
-    check = reward_model_check(suite)
+    check = reward_check.reward_model_check(suite.runs)
     return check if check is not None and not check["learned"] else None
 
 

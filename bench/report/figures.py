@@ -520,7 +520,7 @@ def _curves_caption(present: list[str], bands: set[str]) -> str:
 
 def _figure_modes(suite: Suite) -> tuple[str, str]:
     """The folder's headline mode, then the other of the suite's own pair (as the per-run table shows them)."""
-    headline = getattr(suite, "headline_mode", None) or fmt.HEADLINE_MODE
+    headline = suite.headline_mode or fmt.HEADLINE_MODE
     return headline, ("suite-flexible" if headline != "suite-flexible" else "suite-strict")
 
 
@@ -584,7 +584,7 @@ def aha_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
 
 def _reward_model_note(suite: Suite) -> str:
     """'reward model: 71.0% of 200 held-out pairs ranked right [64.3, 77.0]' (95% Wilson), or '' without one."""
-    check = tables.reward_model_check(suite)
+    check = reward_check.reward_model_check(suite.runs)
     if not check:
         return ""
     return (f"reward model: {fmt.pct(check['accuracy'])} of {check['n']:,} held-out pairs ranked right "

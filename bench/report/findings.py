@@ -44,7 +44,7 @@ class Finding:
 # --- measurements shared with claims.py ---------------------------------------------------------------
 def headline_mode(suite: Suite | None = None) -> str:
     """The scoring mode findings quote: the folder's headline mode (report_settings.json, else the verifier's)."""
-    return str(getattr(suite, "headline_mode", None) or fmt.HEADLINE_MODE)
+    return str((suite.headline_mode if suite is not None else None) or fmt.HEADLINE_MODE)
 
 
 def accuracy(run: Run, when: str, mode: str | None = None, suite: Suite | None = None) -> dict[str, Any] | None:
@@ -303,8 +303,7 @@ def _seed_findings(suite: Suite) -> list[Finding]:
 
 def _start_findings(suite: Suite) -> list[Finding]:
     """Each method against its starting checkpoint on the same questions (tables.start_tests, Holm-adjusted)."""
-    start_tests = getattr(tables, "start_tests", None)
-    tests = start_tests(suite) if start_tests else []
+    tests = tables.start_tests(suite)
     if not tests:
         return []
     up = [t for t in tests if t["p_holm"] < ALPHA and t["diff"] > 0]

@@ -107,25 +107,14 @@ def md_code(text: Any) -> Markdown:
 
 
 # --- scoring modes -----------------------------------------------------------------------------------------
-CONTRACT_MODES: tuple[str, ...] = ("suite-strict", "suite-flexible", "lmeval-strict", "lmeval-flexible")
-"""The scoring modes every evaluation records (bench.task.verifier.MODES), in the order the report lists them."""
-MODES: tuple[str, ...] = (tuple(verifier.MODES) if set(CONTRACT_MODES) <= set(verifier.MODES)
-                          else CONTRACT_MODES)
-HEADLINE_MODE: str = getattr(verifier, "HEADLINE_MODE", "suite-strict")
+MODES: tuple[str, ...] = verifier.MODES
+"""The scoring modes every evaluation records, in the order the report lists them."""
+HEADLINE_MODE: str = verifier.HEADLINE_MODE
 """The mode headline numbers use unless a suite folder's report_settings.json names another."""
 LEGACY_MODES = {"suite-strict": "strict", "suite-flexible": "flexible"}
 """Results written before the modes were renamed store the suite's own modes as 'strict' / 'flexible'; the
 report reads them under their new names (same extraction), so old folders still rebuild."""
-_MODE_DESCRIPTIONS_FALLBACK = {
-    "suite-strict": "the suite's own strict extraction: an explicit answer marker (answer tags, ####, "
-                    "'The answer is', \\boxed), compared as numbers",
-    "suite-flexible": "suite-strict, else the last number in the text",
-    "lmeval-strict": "lm-evaluation-harness GSM8K strict-match: the first '#### N', compared as a string after "
-                     "lm-eval's normalisation",
-    "lmeval-flexible": "lm-evaluation-harness GSM8K flexible-extract: the last number-like string, compared as "
-                       "a string after lm-eval's normalisation",
-}
-MODE_DESCRIPTIONS: dict[str, str] = {**_MODE_DESCRIPTIONS_FALLBACK, **getattr(verifier, "MODE_DESCRIPTIONS", {})}
+MODE_DESCRIPTIONS: dict[str, str] = verifier.MODE_DESCRIPTIONS
 
 
 def _mode_keys(mode: str) -> list[str]:

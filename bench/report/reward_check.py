@@ -21,6 +21,7 @@ from bench.report.records import Run
 from bench.scoring.stats import wilson_interval
 
 REWARD_STAGE = "reward_model"
+"""The reward-model stage's method name (its run ids start with it)."""
 CHANCE = 0.5
 """A reward model that ranks held-out (chosen, rejected) pairs no better than a coin gives PPO no signal."""
 

@@ -273,19 +273,14 @@ START_STAGE = "warm_start"
 """The stage every method starts from; its evaluation is every method's 'before'."""
 
 
-def _start_run(suite: Suite, seed: Any) -> Run | None:
-    """The ok warm-start run with per-question verdicts: the one of ``seed`` if there are several, else the one."""
+def start_run(suite: Suite, seed: Any) -> Run | None:
+    """The starting checkpoint's run for ``seed`` (the warm start of that seed, else the one every seed shares)
+    with per-question verdicts; None without one."""
     starts = [r for r in suite.stages if (r.result.get("method") or "").startswith(START_STAGE)
               or r.run_id.startswith(START_STAGE)]
     starts = [r for r in starts if r.status == "ok" and r.verdicts]
     same_seed = [r for r in starts if r.result.get("seed") == seed]
     return (same_seed or starts or [None])[0]
-
-
-def start_run(suite: Suite, seed: Any) -> Run | None:
-    """The starting checkpoint's run for ``seed`` (the warm start of that seed, else the one every seed shares)
-    with per-question verdicts; None without one."""
-    return _start_run(suite, seed)
 
 
 def start_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
@@ -302,7 +297,7 @@ def start_tests(suite: Suite, mode: str | None = None) -> list[dict[str, Any]]:
         # The control arm's test against its start has nothing discordant by design: control_table checks it.
         if run.status != "ok" or not run.verdicts or fmt.is_control(run):
             continue
-        start = _start_run(suite, run.result.get("seed"))
+        start = start_run(suite, run.result.get("seed"))
         if start is None:
             continue
         pair = _paired(verdict_map(start, mode), verdict_map(run, mode))
@@ -368,16 +363,10 @@ def stage_rows(suite: Suite) -> list[dict[str, Any]]:
 
 
 # --- checks a reviewer asks for: the reward model's signal, the control arm ----------------------------------
-REWARD_STAGE = reward_check.REWARD_STAGE
-CHANCE = reward_check.CHANCE
-reward_model_check = dynamics.reward_model_check
-"""The reward-model stage's held-out pair accuracy with its Wilson interval and verdict (bench.report.reward_check)."""
-
-
 def reward_model_warnings(suite: Suite) -> list[str]:
     """The plain sentence on a reward model that did not learn (shown beside PPO (reward model) in the results,
     and at the top of the reward model's section); [] when it learned."""
-    check = reward_model_check(suite)
+    check = reward_check.reward_model_check(suite.runs)
     if check is None or check["learned"]:
         return []
     return [reward_check.verdict_sentence(check)]
@@ -386,7 +375,7 @@ def reward_model_warnings(suite: Suite) -> list[str]:
 def reward_model_table(suite: Suite) -> fmt.Table:
     """The reward model's held-out pair accuracy (n, 95% Wilson interval) beside its untrained head's and its
     training pairs', and the verdict; the plain sentence as a warning when it did not learn."""
-    check = reward_model_check(suite)
+    check = reward_check.reward_model_check(suite.runs)
     if check is None:
         return fmt.Table([], [])
     interval = f"{fmt.pct(check['accuracy'])} [{100 * check['low']:.1f}, {100 * check['high']:.1f}]"
@@ -425,7 +414,7 @@ def control_checks(suite: Suite) -> list[dict[str, Any]]:
         check: dict[str, Any] = {"run_id": run.run_id, "name": names[run.run_id], "seed": run.result.get("seed"),
                                  "passed": None, "differing": None, "basis": None, "modes": [],
                                  "not_applicable": {}}
-        start = _start_run(suite, run.result.get("seed"))
+        start = start_run(suite, run.result.get("seed"))
         if run.status == "ok" and run.verdicts and start is not None:
             after, before = _keyed_rows(run), _keyed_rows(start)
             common = set(after) & set(before)
