@@ -150,6 +150,38 @@ def test_a_start_that_is_a_changed_copy_of_the_source_says_so(suite: Path) -> No
     assert headline_block(load_suite(suite))[0].endswith(
         "greedy; every method starts from the source weights saved in bfloat16 (largest element change 0.0039 from "
         "the source, 97.0% of elements), not the source weights themselves.")
+    # The warm start also scored the source weights themselves: both starts' accuracy, side by side.
+    result = json.loads((suite / "runs" / "warm_start" / "result.json").read_text())
+    after = result["accuracy"]["after"]["suite-strict"]
+    result["accuracy"]["source_weights"] = {"suite-strict": {"correct": after["correct"] + 2, "total": after["total"],
+                                                             "accuracy": (after["correct"] + 2) / after["total"]}}
+    write_json_atomic(suite / "runs" / "warm_start" / "result.json", result)
+    assert headline_block(load_suite(suite))[0].endswith(
+        "not the source weights themselves (the start's accuracy: 40.0% as saved, 50.0% from the source weights).")
+
+
+def test_a_start_that_is_a_changed_copy_is_also_scored_from_the_source_weights(monkeypatch, tmp_path: Path) -> None:
+    """The warm start scores the source weights in float32 beside the saved copy, through the same evaluation, only
+    when the copy differs from them."""
+    from types import SimpleNamespace
+
+    from bench.config.loading import load_spec
+    from bench.execution import run_evaluation
+
+    loaded: list[tuple] = []
+    monkeypatch.setattr("bench.model.loading.load_causal_lm",
+                        lambda source, model, device, trained: loaded.append((source, device, trained)) or "src")
+    monkeypatch.setattr(run_evaluation, "evaluate_policy",
+                        lambda spec, outcome, rows, telemetry, threads: {"scores": {"policy": outcome.policy}})
+    spec = load_spec("cpu-quick")
+    changed = SimpleNamespace(metrics={"start_from": "source weights", "start_max_abs_change": 0.0039},
+                              settings={"source": tmp_path}, tokenizer=None)
+    assert run_evaluation.source_start_scores(spec, changed, [], None, "cpu", 1) == {"policy": "src"}
+    assert loaded == [(tmp_path, "cpu", True)]  # trained=True: the float32 values, as every actor loads them
+    for metrics in ({"start_from": "source weights", "start_max_abs_change": 0.0}, {"start_from": "warm start"}):
+        same = SimpleNamespace(metrics=metrics, settings={"source": tmp_path}, tokenizer=None)
+        assert run_evaluation.source_start_scores(spec, same, [], None, "cpu", 1) is None
+    assert len(loaded) == 1
 
 
 def test_the_start_record_measures_the_bf16_copy_against_the_source(tmp_path: Path) -> None:

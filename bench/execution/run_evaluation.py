@@ -52,3 +52,30 @@ def evaluate_policy(spec: Any, outcome: Any, test_rows: list[dict[str, str]], te
         precision["cpu_threads"] = threads
     return {**evaluation, "prompt_style": style, "precision": precision}
 
+
+
+def source_start_scores(spec: Any, outcome: Any, test_rows: list[dict[str, str]], telemetry: Any, device: str,
+                        threads: int | None = None) -> dict[str, Any] | None:
+    """The source weights' own scores (bench.scoring.evaluation's 'scores', per mode), when the start every method
+    loads is a changed copy of them; None otherwise.
+
+    With the warm start off, the start is the source model saved in the frozen networks' dtype (bf16 under a
+    bfloat16 spec: baselines/sft.save_start), and a real model's greedy completions can change with that rounding.
+    A reader comparing with a plain run from the fetched weights then needs both starts' accuracy, scored alike
+    (the same numerics, threads and rows as the copy's); the warm start's own metrics say whether they differ
+    (``start_from``, ``start_max_abs_change``).
+    """
+    metrics = outcome.metrics or {}
+    if metrics.get("start_from") != "source weights" or not metrics.get("start_max_abs_change"):
+        return None
+    from types import SimpleNamespace
+
+    from bench.model.loading import load_causal_lm
+
+    source = load_causal_lm(outcome.settings["source"], spec.model, device, trained=True)  # float32 values
+    try:
+        scored = evaluate_policy(spec, SimpleNamespace(policy=source, tokenizer=outcome.tokenizer), test_rows,
+                                 telemetry, threads)
+    finally:
+        del source
+    return scored["scores"]

@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.config import launcher
 from bench.execution.cpu_threads import configure_threads, evaluation_threads
-from bench.execution.run_evaluation import evaluate_policy, evaluates
+from bench.execution.run_evaluation import evaluate_policy, evaluates, source_start_scores
 from bench.execution.run_failure import failure_phase, failure_record
 from bench.execution.run_result import assemble_evaluation, assemble_training, check_own_result
 from bench.execution.worker_signals import disarm, install_stop_handlers
@@ -150,6 +150,9 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
         evaluated = evaluates(job) and spec.eval.enabled and launch.is_main()  # rank 0 alone evaluates
         eval_threads = evaluation_threads(spec, job.get("parallel_runs"))
         evaluation = evaluate_policy(spec, outcome, test_rows, telemetry, eval_threads) if evaluated else None
+        # A start that is a rounded copy of the source weights: the source's own accuracy beside it.
+        source_scores = (source_start_scores(spec, outcome, test_rows, telemetry, device, eval_threads)
+                         if evaluated and job["name"] == "warm_start" else None)
     summary = telemetry.summary()
     count_from_telemetry(outcome, summary.get("counters") or {})
     assemble_training(result, outcome, networks, summary)
@@ -162,6 +165,8 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
         assess_learning(result, spec, job["name"], outcome, telemetry.training_change())
     if evaluation is not None:
         assemble_evaluation(result, run_dir, evaluation, len(test_rows), inputs.get("warm_start_dir"))
+        if source_scores is not None:
+            result["accuracy"]["source_weights"] = source_scores
     return result
 
 

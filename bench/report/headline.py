@@ -59,7 +59,20 @@ def start_text(suite: Suite) -> str:
     share = fmt.num(metrics.get("start_changed_share"))
     share_text = f", {fmt.pct(share)} of elements" if share is not None else ""
     return (f"; every method starts from the source weights saved in {metrics.get('start_dtype')} (largest element "
-            f"change {change:.3g} from the source{share_text}), not the source weights themselves")
+            f"change {change:.3g} from the source{share_text}), not the source weights themselves"
+            f"{_source_accuracy_text(start, headline_mode(suite))}")
+
+
+def _source_accuracy_text(start: Run, mode: str) -> str:
+    """' (the start's accuracy: 9.5% as saved, 12.0% from the source weights)' when the warm start scored both
+    (bench.execution.run_evaluation.source_start_scores), '' otherwise."""
+    copy = accuracy(start, "after", mode)
+    source = ((start.result.get("accuracy") or {}).get("source_weights") or {}).get(mode)
+    if not copy or not isinstance(source, dict) or fmt.num(source.get("accuracy")) is None:
+        return ""
+    same = " (the same)" if source.get("correct") == copy.get("correct") else ""
+    return (f" (the start's accuracy: {fmt.pct(copy.get('accuracy'))} as saved, {fmt.pct(source['accuracy'])} "
+            f"from the source weights{same})")
 
 
 def _contestants(suite: Suite) -> dict[str, list[Run]]:
