@@ -283,15 +283,15 @@ def test_training_dynamics_table_is_the_last_fifth_mean(full: Path) -> None:
     # Last fifth = points 16..19 of 20: entropy 1 - 0.01 i -> 0.825; length 20 + i -> 37.5; reward 0.40 + 0.002
     # x steps 81..96 -> 0.577; KL 0.001 x step -> 0.0885.
     assert ppo["logged steps"] == "20" and ppo["seeds"] == "1"
-    assert ppo["entropy (nats per token)"] == "0.825" and ppo["completion length (tokens)"] == "37.5"
-    assert ppo["reward (reward units)"] == "0.577" and ppo["KL (nats per token)"] == "0.0885"
+    assert ppo["policy entropy (nats per token)"] == "0.825" and ppo["completion length (tokens)"] == "37.5"
+    assert ppo["mean reward (reward units)"] == "0.577" and ppo["KL(policy ‖ reference) (nats per token)"] == "0.0885"
     assert ppo["zero-variance groups (%)"] == "25.0%" and ppo["clip fraction (%)"] == "10.0%"
-    assert ppo["grad norm (gradient L2 norm)"] == "0.5"
+    assert ppo["gradient norm before clipping (gradient L2 norm)"] == "0.5"
     assert ppo["value loss (squared reward units)"] == "0.2" and ppo["explained variance (ratio)"] == "0.5"
     grpo = dict(zip(header, rows["GRPO (TRL)"]))
     assert grpo["value loss (squared reward units)"] == "—"  # no critic: not logged, not zero
     dpo = dict(zip(header, rows["DPO (TRL, pool pairs)"]))
-    assert dpo["reward (reward units)"] == "—" and dpo["grad norm (gradient L2 norm)"] == "2"
+    assert dpo["mean reward (reward units)"] == "—" and dpo["gradient norm before clipping (gradient L2 norm)"] == "2"
     assert 'id="dynamics"' in (full / "index.html").read_text(encoding="utf-8")
 
 

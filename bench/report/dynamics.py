@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.telemetry import monitors
 from bench.report import fmt, reward_check
+from bench.report.labels import metric_label
 from bench.report.load import Run, Suite
 from bench.results import METRIC_NAMES
 
@@ -44,15 +45,6 @@ EVAL_MONITORS = ("empty_answer_rate", "format_only_rate", "repeated_ngram_rate",
 """Columns of the reward-hacking monitors table (final evaluation), in the order a reader checks them."""
 START_STAGE = "warm_start"
 """The stage whose evaluation is every method's 'before' (its monitors head the monitors table)."""
-SHORT = {"reward": "reward", "kl": "KL", "entropy": "entropy", "completion_length": "completion length",
-         "zero_std_groups": "zero-variance groups", "clipfrac": "clip fraction", "grad_norm": "grad norm",
-         "value_loss": "value loss", "explained_variance": "explained variance",
-         "empty_answer_rate": "empty answer", "format_only_rate": "right format, wrong answer",
-         "repeated_ngram_rate": "repeated 4-gram", "answer_in_think_rate": "answer in think block",
-         "truncated_rate": "truncated", "reflection_rate": "reflection (any phrase)",
-         "reflection_count": "reflection phrases", "rm_score": "reward-model score",
-         "accuracy_reward": "verifier accuracy reward"}
-"""Column names; the unit comes from METRIC_NAMES (shares print as %)."""
 
 
 def _is_share(name: str) -> bool:
@@ -69,9 +61,10 @@ def _unit(name: str) -> str:
 
 
 def column(name: str) -> str:
-    """'KL (nats per token)', 'zero-variance groups (%)': the column name with its unit."""
+    """'KL(policy ‖ reference) (nats per token)', 'zero-variance groups (%)': the metric's name
+    (bench.report.labels) with its unit."""
     unit = _unit(name)
-    return f"{SHORT.get(name, name)} ({unit})" if unit else SHORT.get(name, name)
+    return f"{metric_label(name)} ({unit})" if unit else metric_label(name)
 
 
 def value_text(name: str, value: float | None) -> str:

@@ -33,6 +33,7 @@ from matplotlib.ticker import MaxNLocator
 
 from bench.report import dynamics, fmt, reward_check, tables
 from bench.report import phases as phase_times
+from bench.report.labels import metric_label
 from bench.report.load import Suite
 from bench.report.records import FigureInfo, Run
 from bench.results import METRIC_NAMES, PHASES
@@ -40,18 +41,6 @@ from bench.results import METRIC_NAMES, PHASES
 NETWORKS = ("actor", "critic", "reward", "reference")
 COMPONENTS = (("weight_bytes", "weights", ""), ("grad_bytes", "gradients", "//"), ("optimizer_bytes", "optimizer", ".."))
 CURVE_METRICS = ("reward", "kl", "accuracy_reward", "format_reward", "completion_length", "zero_std_groups")
-CURVE_LABELS = {
-    "reward": "mean reward", "kl": "KL(policy ‖ reference) per token", "accuracy_reward": "accuracy reward",
-    "format_reward": "format reward", "completion_length": "completion length (tokens)",
-    "zero_std_groups": "share of zero-std groups", "rm_score": "reward-model score",
-    "reflection_rate": "share with a reflection phrase", "reflection_count": "reflection phrases per completion",
-    "completion_length_p90": "completion length p90 (tokens)", "empty_answer_rate": "share with no answer",
-    "format_only_rate": "share right format, wrong answer", "repeated_ngram_rate": "share repeating a 4-gram",
-    "answer_in_think_rate": "share with the answer in the think block", "truncated_rate": "share truncated",
-    "entropy": "policy entropy", "grad_norm": "gradient norm (before clipping)", "clipfrac": "clip fraction",
-    "value_loss": "value loss", "explained_variance": "explained variance",
-}
-"""Axis names of the curve metrics the figures draw; the unit comes from bench.results.METRIC_NAMES."""
 DPI = 200
 """Print quality (the issue asks for >= 200 dpi); figures stay about 1,400-2,400 px wide."""
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
@@ -107,9 +96,10 @@ def _color_ticks(ax: Any, runs: list[Run], colors: dict[str, str], axis: str = "
 
 
 def _axis_label(metric: str) -> str:
-    """'mean reward (reward units ...)': the curve's name with its unit from bench.results.METRIC_NAMES."""
+    """'mean reward (reward units)': the metric's name (bench.report.labels) with its unit from
+    bench.results.METRIC_NAMES."""
     unit = METRIC_NAMES[metric].unit.split(" (")[0] if metric in METRIC_NAMES else ""  # the unit, not its gloss
-    name = CURVE_LABELS.get(metric, metric)
+    name = metric_label(metric)
     return f"{name} ({unit})" if unit and unit not in name else name
 
 
