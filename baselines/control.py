@@ -1,4 +1,4 @@
-"""The control arm: the engine's online GRPO loop with a learning rate of 0 (issue 9).
+"""The control arm: the engine's online GRPO loop with a learning rate of 0, the pipeline's own check.
 
 Everything that ``grpo_engine`` does happens here too — the same prompts in the same order, the same sampling,
 reward, reference forward, loss, backward passes and AdamW steps, the same evaluation — except that every update

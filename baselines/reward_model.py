@@ -5,7 +5,7 @@ the verifier-correct completion above the incorrect one (Bradley-Terry loss). A 
 *questions* measures its pairwise accuracy (one pair per held-out question; no question on both sides), which the
 report shows next to PPO's results, with a curve of held-out and training pair accuracy over the stage's steps.
 
-What it trains on and where it is read (issue 31): every (correct, incorrect) combination of a training question's
+What it trains on and where it is read: every (correct, incorrect) combination of a training question's
 samples (``reward_model.pairs: all``; one pair per question gave a reward model that learned almost nothing), as
 token ids the stage builds itself (:func:`pair_token_ids`: prompt + completion + EOS as PPO's rollouts hold them),
 and every reader (the pair accuracy here, PPO's rollout scores) reads the score where TRL's trainer trained it
@@ -15,7 +15,7 @@ Memory: ``reward_model.batch_size`` pairs per optimizer step (2 sequences each) 
 ``train.micro_batch_size`` pairs with gradient accumulation (the largest divisor of the batch not above it, so every
 micro-batch has the same size and the mean of their losses is the batch's loss), and gradient checkpointing follows
 ``train.gradient_checkpointing``: 32 pairs of ~700 tokens in one forward/backward needed 68-78 GiB by the suite's own
-activation formula (issue 21 item 3). The memory model (bench.systems) models the stage with this layout:
+activation formula. The memory model (bench.systems) models the stage with this layout:
 ``per_device_train_batch_size`` = the micro-batch in pairs, ``gradient_accumulation_steps`` = batch / micro-batch.
 """
 

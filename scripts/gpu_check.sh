@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the one-GPU systems check (issues 7, 10, 21 and 32), in steps of the systems-qwen0.5b preset (Qwen2.5
-# real shapes, random weights, no download); steps 1 to 3 are one-point sweeps (every run stores the memory model's
+# gpu_check.sh — the one-GPU systems check (the memory model against measurement, the telemetry, vLLM), in steps
+# of the systems-qwen0.5b preset (Qwen2.5 real shapes, random weights, no download); steps 1 to 3 are one-point sweeps (every run stores the memory model's
 # prediction beside its measurement, and an out-of-memory is recorded with its phase, not as a failure). They run in
 # the order 0, 1, 4, 5, 2, 3: the vLLM steps are fixed, step 2 takes what time is left.
 #   0. telemetry plumbing (python -m bench.systems.gpu_check_telemetry): per-phase cuda-allocated peaks against known

@@ -1,4 +1,4 @@
-"""Several processes per method run through accelerate (issue 14; bench.execution.launch).
+"""Several processes per method run through accelerate (bench.execution.launch).
 
 The launched run: `bench run --preset cpu-quick --launcher accelerate --num-processes 2` at a smaller size, on
 gloo (no GPU here): each rank of the engine's GRPO and PPO, TRL's GRPO and TRL's DPO trained on its own prompts (DPO:

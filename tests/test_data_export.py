@@ -103,7 +103,7 @@ def test_an_unwritable_folder_is_one_line_exit_2(tmp_path: Path, capsys: pytest.
     blocker.write_text("not a folder")
     assert main(["data", "--preset", "cpu-quick", "--export", str(blocker / "out")]) == 2
     err = capsys.readouterr().err
-    # bench.cli checks every path argument first (bench.config.paths, issue 24): the message says what the path is
+    # bench.cli checks every path argument first (bench.config.paths): the message says what the path is
     assert err.startswith(f"bench: error: --export '{blocker / 'out'}' runs through a file") and err.count("\n") == 1
 
 

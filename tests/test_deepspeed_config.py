@@ -1,4 +1,4 @@
-"""DeepSpeed plumbing without DeepSpeed (issue 14; bench.execution.launch): choosing a ZeRO config is checked before anything
+"""DeepSpeed plumbing without DeepSpeed (bench.execution.launch): choosing a ZeRO config is checked before anything
 runs, and a run under one records what actually ran.
 
 - DeepSpeed missing (or installed but not importing): one line naming the fix, the optional extra;

@@ -214,7 +214,7 @@ def test_gsm8k_files_and_a_local_model_folder_run_through_the_suite(tmp_path: Pa
 
 
 def test_report_statistics_from_the_real_files(suite: Path) -> None:
-    """Issue 9 on real result files: every method against the warm start, the reward model's interval, the modes."""
+    """Statistics on real result files: every method against the warm start, the reward model's interval, the modes."""
     from bench.report.load import load_suite, results_frame
     from bench.report.reward_check import reward_model_check
     from bench.report.tables import control_checks, start_tests
@@ -251,7 +251,7 @@ def test_the_report_passes_the_browser_check(suite: Path) -> None:
 
 
 def test_tensorboard_holds_every_runs_curves(suite: Path) -> None:
-    """Issue 37: every run logged to TensorBoard (the default telemetry.report_to) under the curves' own names; read
+    """Every run logged to TensorBoard (the default telemetry.report_to) under the curves' own names; read
     back with TensorBoard's reader, its scalars equal result.json's curves at the same steps, with no warning."""
     from test_trackers import assert_tensorboard_equals_curves
 

@@ -1,4 +1,4 @@
-"""The suite engine under DeepSpeed ZeRO-3 (issue 14; baselines.rollout_engine, bench.config.launcher.engine_zero).
+"""The suite engine under DeepSpeed ZeRO-3 (baselines.rollout_engine, bench.config.launcher.engine_zero).
 
 Two ranks on gloo with DeepSpeed's CPU accelerator (``DS_ACCELERATOR=cpu``) through the experiment escape
 ``BENCH_DEEPSPEED_ON_CPU=1``: PPO with the verifier reward (actor and critic, both sharded) trains for two steps

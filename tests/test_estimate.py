@@ -198,7 +198,7 @@ def test_the_engine_says_why_its_zero_layouts_never_fit(capsys):
 
 
 def test_the_7b_ppo_answer_has_an_update_near_the_hand_calculation_and_the_reward_model_stage(capsys):
-    """The done-means check of issue 21: 20.3 GiB by hand (see tests/test_memory_model.py), within 15%."""
+    """The 7B PPO update against the hand calculation: 20.3 GiB by hand (see tests/test_memory_model.py), within 15%."""
     _, out, _ = run(capsys, "--model", "qwen2.5-7b", "--method", "ppo", "--gpu-memory", "80GiB", "--json")
     data = json.loads(out)
     assert abs(data["phases"]["update"]["total"] / GIB - 20.3) / 20.3 < 0.15

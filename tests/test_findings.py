@@ -113,10 +113,10 @@ def test_claims_verdicts(full: Path) -> None:
     table = claims_table(load_suite(full))
     verdicts = {row[0]: row[-1] for row in table.rows}
     claims = {c["id"]: c["claim"] for c in load_claims()}
-    # Issue 23, point 6: what follows from how the recipes are built is "true by construction", apart from what a
+    # What follows from how the recipes are built is "true by construction", apart from what a
     # measurement could have refuted.
     assert verdicts[claims["ppo-four-networks"]] == BY_CONSTRUCTION
-    # Issue 31 item 9: accounted (34 / 17 = 2.00, by construction) and measured side by side; the verdict follows
+    # Accounted (34 / 17 = 2.00, by construction) and measured side by side; the verdict follows
     # the measurement (cpu-rss, 740 / 720 MiB = 1.03x: not about double).
     memory = next(row for row in table.rows if row[0] == claims["ppo-doubles-memory"])
     assert memory[-1] == NOT_SUPPORTED and "accounted: " in memory[3] and "2.00×" in memory[3]
@@ -150,7 +150,7 @@ def test_claims_verdict_follows_the_measurement(tmp_path: Path) -> None:
 
 
 def test_a_lora_reference_that_shares_the_actors_weights_is_not_a_full_network(tmp_path: Path) -> None:
-    # Issue 23, point 6: "four full networks resident" must not read true when the reference is the actor's base
+    # "Four full networks resident" must not read true when the reference is the actor's base
     # with the adapters off (0 weight bytes of its own, shared_with ['actor']).
     suite = write_suite(tmp_path, methods=("grpo", "ppo"))
     path = suite / "runs" / "ppo-s0" / "result.json"
@@ -188,7 +188,7 @@ def _g_sweep_suite(tmp_path: Path, scores: dict[tuple[str, int, int], int], extr
 
 
 def test_group_size_claim_is_grpo_only_paired_over_seeds(tmp_path: Path) -> None:
-    # Issue 23, point 6: the G-sweep claim pooled every method and used overlapping intervals. Now: GRPO only, at
+    # A G-sweep claim that pooled every method and compared overlapping intervals said too much: GRPO only, at
     # equal other settings, seeds averaged, a paired test. G = 4 (160, 150 of 400) against G = 16 (170, 164):
     # differences -10 and -14 of 400, mean -3.0 pp, sd 0.71 pp: t = -8.5 with 1 df, p = 0.075: not
     # significantly below, so supported.
@@ -274,7 +274,7 @@ def test_the_runner_records_the_run_and_resume_commands(tmp_path: Path) -> None:
     assert commands == {"run": "bench run --preset cpu-quick train.steps=2 'seeds=[0,1]'", "resume": resume}
 
 
-# --- what training did (issue 12): dynamics, monitors, flags, over-optimisation, figures ----------------------
+# --- what training did: dynamics, monitors, flags, over-optimisation, figures ----------------------
 def test_training_dynamics_table_is_the_last_fifth_mean(full: Path) -> None:
     md = (full / "summary.md").read_text(encoding="utf-8")
     rows = md_rows(md, "Training dynamics")

@@ -1,4 +1,4 @@
-"""The headline block that opens summary.md and index.html (issue 31 part 2, bench.report.headline): the set-up in
+"""The headline block that opens summary.md and index.html (bench.report.headline): the set-up in
 one line, each contestant's mean accuracy over seeds with its interval, its tested change from the start and its
 peak memory with the source, and one sentence on PPO's four networks; nothing in it says more than its test.
 

@@ -1,4 +1,4 @@
-"""Issue 20: 'training moved the weights' must not count noise as learning. A run whose every GRPO group had equal
+"""'Training moved the weights' must not count noise as learning. A run whose every GRPO group had equal
 rewards has no learning signal (flagged), weight decay alone is a floor the movement must exceed, and with the
 reference in the actor's numerics such a run no longer moves at all (before: KL ~ 0.002 noise, which AdamW turned
 into lr-sized steps on 95-99.9% of the weights).

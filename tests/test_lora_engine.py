@@ -1,4 +1,4 @@
-"""LoRA on the suite's engine (issue 14): PPO and GRPO train only adapters (and PPO's value head), the reference is
+"""LoRA on the suite's engine: PPO and GRPO train only adapters (and PPO's value head), the reference is
 the actor's base with adapters disabled (the starting checkpoint's log-probs exactly, no weights of its own), and
 the accounting says so.
 
@@ -146,7 +146,7 @@ def test_lora_specs_for_the_engine() -> None:
 
 
 def test_bf16_lora_reference_equals_the_untrained_actor(tmp_path, model_dirs):  # noqa: F811
-    """Under a bfloat16 spec the frozen LoRA base is stored in bf16 (half a float32 base; issue 21 item 10) and the
+    """Under a bfloat16 spec the frozen LoRA base is stored in bf16 (half a float32 base) and the
     adapters in float32; the shared reference runs that same base: at the first step (adapters' B at 0) its
     log-probs equal the actor's exactly, so the first KL is exactly 0."""
     ctx = _lora_context(tmp_path, model_dirs, "grpo_engine", grpo_engine.Config(missing_eos_penalty=1.0))

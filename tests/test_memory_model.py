@@ -636,7 +636,7 @@ def test_the_7b_ppo_update_is_the_critic_forward_of_the_hand_calculation():
     each forward's cache freed before the next, the update peaks at the end of the critic's forward with the
     actor's retained tensors (the hand calculation, in GiB): LM head cast 1.02 + actor checkpoint inputs and final
     norm 2.49 + logits 1.16 + critic casts 12.15 + critic inputs, final norm and value-head view 2.54 + one layer's
-    working set 0.96 = 20.32 (the issue's 19-21 GiB; 36.3 when every cast was added)."""
+    working set 0.96 = 20.32 (adding every forward's casts instead would give 36.3)."""
     p = predict(architecture_fields("qwen2.5-7b"), "ppo", Settings())
     assert (p.peak_phase, p.peak_moment) == ("update", "critic forward")
     assert 19 * GIB < p.phases["update"]["total"] < 21 * GIB

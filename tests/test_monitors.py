@@ -147,7 +147,7 @@ def test_record_monitors_read_evaluation_records() -> None:
                {"completion": LOOP, "gold": "7", "tokens": 64, "hit_max": True}]
     got = record_monitors(records)
     # the completion monitors, plus the format rate (the share in the tag format: RIGHT is, LOOP is not), which the
-    # format-farming flag compares with the format-only rate (issue 31 item 3)
+    # format-farming flag compares with the format-only rate
     format_rate = got.pop("format_reward")
     assert got == completion_monitors([RIGHT, LOOP], ["7", "7"], lengths=[12, 64], hit_max=[False, True])
     assert got["truncated_rate"] == 0.5 and got["completion_length"] == 38.0 and format_rate == 0.5
@@ -187,8 +187,8 @@ def _noisy_format_curve(first: float, last: float, jitter: float = 0.08) -> list
 
 
 def test_the_control_arm_never_flags_itself() -> None:
-    # Issue 23, point 9: on cpu-tiny's default run the lr-0 control, which cannot learn, went 46.9% -> 68.8% in
-    # format-only completions between its first and last logged windows and was flagged for format farming.
+    # The lr-0 control cannot learn, yet on cpu-tiny's default run it went 46.9% -> 68.8% in format-only
+    # completions between its first and last logged windows: a rise that alone would flag format farming.
     control = _noisy_format_curve(0.469, 0.688)
     assert [line for line in curve_flags(control) if "format_only_rate" in line]  # alone, the rise flags
     assert run_flags(control, {"format_only_rate": 0.7}, start={"format_only_rate": 0.5}, control=control,

@@ -1,7 +1,7 @@
-"""One compute numerics (bench.model.numerics, issue 20 / issue 21 item 2): a bf16-stored network under bf16 autocast
+"""One compute numerics (bench.model.numerics): a bf16-stored network under bf16 autocast
 with its embeddings hooked computes exactly as the float32-stored copy of the same (bf16-valued) weights, so the
 engine's bf16 reference gives KL exactly 0 before any update; the value head is float32 in one process and under
-DDP alike; AdamW's implementation is chosen from the device (issue 21 item 6).
+DDP alike; AdamW's implementation is chosen from the device.
 
 Tiny random models built in a temporary folder; no network.
 """
@@ -242,7 +242,7 @@ def test_sample_pool_samples_its_bf16_policy_in_the_actors_numerics(tmp_path, mo
 
 
 def test_trl_lora_stores_the_frozen_base_in_bf16_and_starts_at_kl_0(tmp_path, model_dirs):  # noqa: F811
-    """TRL's GRPO under LoRA and a bfloat16 spec: the frozen base in bf16 (half a float32 base; issue 21 item 10),
+    """TRL's GRPO under LoRA and a bfloat16 spec: the frozen base in bf16 (half a float32 base),
     the adapters float32 (peft's upcast), the reference the base with adapters off (shared), first KL 0."""
     from baselines import grpo
 

@@ -1,4 +1,4 @@
-"""The reward over-optimisation figure (issue 12): PPO's reward-model score and the verifier's reward against KL to
+"""The reward over-optimisation figure: PPO's reward-model score and the verifier's reward against KL to
 the reference, drawn from the per-step values the run logged, with the reward model's held-out pair accuracy."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def _bench_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess,
 
 def _assert_one_error_line(proc: subprocess.CompletedProcess) -> str:
     """Exit 2; stderr is exactly one `bench: error:` line, which is returned: the checks run before the plan is
-    printed (issue 24, item 7), so a failed one is alone on the console."""
+    printed, so a failed one is alone on the console."""
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()

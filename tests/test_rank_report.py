@@ -1,4 +1,4 @@
-"""The report's "Memory per rank" section and memory_per_rank.csv (issue 14; bench.report.ranks), from fabricated
+"""The report's "Memory per rank" section and memory_per_rank.csv (bench.report.ranks), from fabricated
 suite folders (tests/report_fixtures.py) with the per-rank fields bench.execution.launch.merge_rank_files writes."""
 
 from __future__ import annotations

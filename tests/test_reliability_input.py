@@ -1,14 +1,14 @@
-"""Every input bounded before anything exists, no number that is not one, no uncapped text on the page (issue 24,
-items 3, 8, 9 and 10's duplicate note).
+"""Every input bounded before anything exists, no number that is not one, no uncapped text on the page, and a note
+on duplicated training questions.
 
-- item 3: a YAML alias bomb, a 50 MB string, a preset file of many MB, deep or huge free-form mappings, a control
+- a YAML alias bomb, a 50 MB string, a preset file of many MB, deep or huge free-form mappings, a control
   character: each refused in one line by ``load_spec`` (so by ``--dry-run`` and ``bench run``), in well under a second,
   with no folder created;
-- item 8: a result whose measurements are NaN is malformed: ``--resume`` re-runs it, the report shows it failed
+- a result whose measurements are NaN is malformed: ``--resume`` re-runs it, the report shows it failed
   with the keys named, and no page prints ``nan``;
-- item 9: a 5,000-character label (and every other string from a result or suite.json) reaches the page capped, once,
+- a 5,000-character label (and every other string from a result or suite.json) reaches the page capped, once,
   where results are loaded;
-- item 10: a training file of 200 copies of one question says how many repeats it found and that they are kept.
+- a training file of 200 copies of one question says how many repeats it found and that they are kept.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_the_shipped_presets_are_within_the_bounds() -> None:
     assert MAX_PRESET_BYTES >= 64 * 1024
 
 
-# -- item 8: non-finite numbers -------------------------------------------------------------------------------
+# -- non-finite numbers -------------------------------------------------------------------------------------
 def _nan_everywhere(value):
     if isinstance(value, bool) or isinstance(value, str) or value is None:
         return value
@@ -166,7 +166,7 @@ def test_the_page_never_prints_nan_and_says_why_the_run_failed(tmp_path: Path) -
     assert "non-finite number(s) where a measurement belongs" in page
 
 
-# -- item 9: uncapped text --------------------------------------------------------------------------------------
+# -- uncapped text --------------------------------------------------------------------------------------------
 def test_a_5000_character_label_reaches_the_page_capped(tmp_path: Path) -> None:
     from report_fixtures import write_suite
 
@@ -213,7 +213,7 @@ def test_a_result_nested_thousands_deep_is_unreadable_not_a_crash(tmp_path: Path
     assert not is_complete(suite / "runs" / "dpo-s0")
 
 
-# -- item 10: duplicated training questions ---------------------------------------------------------------------
+# -- duplicated training questions ----------------------------------------------------------------------------
 def test_a_training_file_of_one_question_repeated_says_so(tmp_path: Path) -> None:
     from bench.task.data import load_task
 

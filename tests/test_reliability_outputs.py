@@ -1,4 +1,4 @@
-"""Where commands write, round two of issue 24's hostile probe: what each command writes can be written, replaces
+"""Where commands write: what each command writes can be written, replaces
 only what the suite made, and stays inside the folder it was given; a failed write, a Ctrl-C at start-up and a
 full stdout are one line, not a traceback.
 

@@ -1,4 +1,4 @@
-"""Every path argument of every subcommand, fed the same bad paths and bad bytes (issue 24, item 4; item 10's messages).
+"""Every path argument of every subcommand, fed the same bad paths and bad bytes.
 
 Each case runs the real command line in-process (``bench.cli.main``) and checks the promise for a user mistake: exit
 status 2, one line on stderr that starts ``bench: error:`` and says what the path is, no traceback, and nothing on

@@ -1,11 +1,11 @@
-"""The terminal closing, and the checks that must come before the plan (issue 24, items 6 and 7).
+"""The terminal closing, and the checks that must come before the plan.
 
-- item 6: a `bench run` whose terminal goes away (SIGHUP) stops as after a SIGTERM: exit status 130, the workers
+- a `bench run` whose terminal goes away (SIGHUP) stops as after a SIGTERM: exit status 130, the workers
   stopped, the report of what finished written, the lock released and suite.json's ``last_run`` holding the resume
   command. The test runs the real command on a pseudo-terminal that is its controlling terminal and closes the
   terminal's master side, which is what closing a terminal window does: the kernel hangs the terminal up, sends
   SIGHUP to the session, and every later write to it fails (EIO).
-- item 7: preflight runs before the plan is printed; a failed check is the only line on the console.
+- preflight runs before the plan is printed; a failed check is the only line on the console.
 """
 
 from __future__ import annotations

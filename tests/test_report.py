@@ -411,7 +411,7 @@ def test_underflowed_p_value_prints_as_a_bound_not_zero() -> None:
     assert p_value_text(2.35e-57) == "2.35e-57"
 
 
-# --- precision per network, lengths, generation settings, throughput basis, across seeds (issue 7, 8) ------
+# --- precision per network, lengths, generation settings, throughput basis, across seeds ----------------
 BF16_POLICY = {
     "actor": {"storage": "float32", "compute": "bfloat16 autocast", "optimizer_state": "float32"},
     "critic": {"storage": "float32", "compute": "bfloat16 autocast", "optimizer_state": "float32"},
@@ -645,7 +645,7 @@ def test_accuracy_of_a_run_without_evaluation_reads_not_evaluated() -> None:
     assert before_after_text(run, "strict") == "not evaluated (eval.enabled: false)"
 
 
-# --- issue 9: modes, completions files, tests against the start, seeds, Holm, reward model, control, anchors ----
+# --- modes, completions files, tests against the start, seeds, Holm, reward model, control, anchors ----
 MODES = ("suite-strict", "suite-flexible", "lmeval-strict", "lmeval-flexible")
 N_Q = 20
 START = set(range(8))  # the warm start is right on questions 0..7 (suite-strict)
@@ -824,7 +824,7 @@ def _with_reward_model(suite: Path, accuracy: float, untrained: float = 0.5) -> 
 
 
 def test_a_reward_model_at_chance_is_said_plainly_and_flags_its_arm_everywhere(tmp_path: Path) -> None:
-    # Issue 31: 55% [48.1, 61.7] of 200 is not distinguishable from chance, not 'at chance'; the arm trained
+    # 55% [48.1, 61.7] of 200 is not distinguishable from chance, not 'at chance'; the arm trained
     # against it carries the flag in its name in every table, figure and the headline.
     from bench.report.reward_check import reward_model_check
     from bench.report.tables import reward_model_table
@@ -899,7 +899,7 @@ def test_anchors_shown_only_for_the_matching_pretrained_model(stats_suite: Path,
     assert set(rows) == {"49.6% (external)", "56.7% (external)", "54.3% (external)"}
     # PPO after: 0.40 and 0.50 -> mean 45.0%; GRPO: 0.70, 0.60 -> 65.0%; the start: 8/20 = 40.0%.
     # verl's GSM8K PPO trains on a rule reward: it sits beside PPO (verifier reward), which this suite did not
-    # run, never beside PPO with the learned reward model (issue 23, point 10).
+    # run, never beside PPO with the learned reward model.
     assert rows["56.7% (external)"][2] == "not measured"
     assert "PPO (reward model)" not in rows["56.7% (external)"][2]
     assert rows["54.3% (external)"][2] == "65.0% (GRPO after, suite-strict, mean of 2 seed(s))"
@@ -944,7 +944,7 @@ def test_a_malformed_anchor_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_malformed_ok_result_renders_as_failed(tmp_path: Path) -> None:
-    """Issue 13: an ok result that fails the schema check (the one --resume uses) is not a finished run."""
+    """An ok result that fails the schema check (the one --resume uses) is not a finished run."""
     suite = tmp_path / "bad"
     good = make_result("grpo-s0", "grpo", "GRPO")
     bad = make_result("ppo-s0", "ppo", "PPO")

@@ -1,8 +1,8 @@
-"""Issue 23: numbers that survive a hostile reviewer, on fixture suites.
+"""Numbers that survive a hostile reviewer, on fixture suites.
 
 Clustered questions (the statistics treat a working asked several times as one unit, and change nothing where every
 question is its own cluster), the data checks on the page, seed tests with zero spread, findings that quote means
-over seeds, the tuning note against what ran, and the page's title from the model and task that ran (issue 20).
+over seeds, the tuning note against what ran, and the page's title from the model and task that ran.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _verdicts(suite: Path, run_id: str) -> list[bool]:
 
 
 def test_paired_tests_treat_a_working_as_one_unit(clustered: Path) -> None:
-    # Issue 23, point 1: GRPO is right on 5 more workings than DPO, i.e. 50 more questions. Per question that is
+    # GRPO is right on 5 more workings than DPO, i.e. 50 more questions. Per question that is
     # 50 discordant pairs all one way (exact McNemar p = 2^-49 ~ 1.8e-15); per working it is 5 clusters all one way:
     # X^2 = 50^2 / (5 * 10^2) = 5, p = erfc(sqrt 2.5) = 0.0253.
     suite = load_suite(clustered)
@@ -123,7 +123,7 @@ def test_one_question_per_problem_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_data_checks_are_on_the_page_and_word_the_held_out_claim(clustered: Path) -> None:
-    # Issue 23, points 3 and 5: the checks every result records are shown, and the split is called held out only
+    # The checks every result records are shown, and the split is called held out only
     # at the levels whose overlap is 0: by whole working, not by step.
     md = (clustered / "summary.md").read_text(encoding="utf-8")
     page = (clustered / "index.html").read_text(encoding="utf-8")
@@ -164,8 +164,8 @@ def _seed_suite(tmp_path: Path, scores: dict[str, tuple[int, ...]]) -> Path:
 
 
 def test_zero_spread_over_seeds_is_undefined_never_significant(tmp_path: Path) -> None:
-    # Issue 23, point 2: the control (100 of 400 on every seed) against a method 2 questions above it on every
-    # seed: the paired t-test divided by a zero standard error and printed "significant (p < 1e-300)".
+    # The control (100 of 400 on every seed) against a method 2 questions above it on every seed: a paired t-test
+    # that divided by the zero standard error would print "significant (p < 1e-300)".
     suite = load_suite(_seed_suite(tmp_path, {"grpo": (102, 102, 102), "control": (100, 100, 100)}))
     lines = [f.line() for f in findings(suite)]
     over = [line for line in lines if line.startswith("Over seeds")]
@@ -179,7 +179,7 @@ def test_zero_spread_over_seeds_is_undefined_never_significant(tmp_path: Path) -
 
 
 def test_findings_quote_each_methods_mean_over_seeds_with_its_range(tmp_path: Path) -> None:
-    # Issue 23, point 8: the best single run (GRPO seed 2, 180) is not the headline; GRPO's mean (160) is.
+    # The best single run (GRPO seed 2, 180) is not the headline; GRPO's mean (160) is.
     suite = load_suite(_seed_suite(tmp_path, {"grpo": (140, 160, 180), "dpo": (110, 112, 114)}))
     line = next(f.text for f in findings(suite) if f.text.startswith("Accuracy after training"))
     assert line.startswith("Accuracy after training (mean over 3 seeds): GRPO (TRL) 40.0% (range 35.0–45.0%), "
@@ -226,7 +226,7 @@ def test_headline_and_seed_table_say_what_the_seeds_varied(tmp_path: Path) -> No
 
 
 def test_an_overridden_tuned_value_reads_overridden(tmp_path: Path) -> None:
-    # Issue 23, point 7: methods.grpo.learning_rate=4e-4 on the command line; the preset's tuning block chose 1e-4.
+    # methods.grpo.learning_rate=4e-4 on the command line; the preset's tuning block chose 1e-4.
     from bench.report.overview import tuning_note
 
     suite_dir = write_suite(tmp_path, methods=("grpo", "dpo"))
@@ -245,8 +245,8 @@ def test_an_overridden_tuned_value_reads_overridden(tmp_path: Path) -> None:
 
 
 def test_title_and_description_name_the_model_and_task_that_ran(tmp_path: Path) -> None:
-    # Issue 20: the page printed the preset's description ("Qwen2.5-0.5B-Instruct on GSM8K") when another model
-    # ran; under sample_pool.pairs: gold the pool stage read "verifier-labelled".
+    # The page names the model and task that ran, not the preset's description ("Qwen2.5-0.5B-Instruct on GSM8K")
+    # when another model ran; under sample_pool.pairs: gold the pool stage is not called "verifier-labelled".
     from bench.report.citation import citation
 
     suite_dir = write_suite(tmp_path, methods=("grpo", "dpo"))
@@ -311,7 +311,7 @@ def _ppo_suite(tmp_path: Path, rm_points: list[tuple[float, float]], heldout_acc
 
 
 def test_over_optimisation_only_beyond_the_windows_noise(tmp_path: Path) -> None:
-    # Issue 23, point 9: any rise of the proxy with any fall of the verifier's reward was flagged. Windows of 4
+    # A rise of the proxy with a fall of the verifier's reward is flagged only beyond the windows' noise. Windows of 4
     # logged points whose values swing by +-0.2 (rm) and +-10 pp (accuracy) around a +0.01 / -1 pp drift: no flag.
     from bench.report.dynamics import overoptimisation_table
 
@@ -323,7 +323,7 @@ def test_over_optimisation_only_beyond_the_windows_noise(tmp_path: Path) -> None
     warnings = overoptimisation_table(load_suite(_ppo_suite(tmp_path / "trend", trend, 0.75))).warnings
     assert len(warnings) == 1 and "reward over-optimisation" in warnings[0]
     # The same trend with a reward model at chance (52% of 200, interval contains 50%): not over-optimisation of a
-    # learned reward, and the run's name carries the flag (issue 31).
+    # learned reward, and the run's name carries the flag.
     warnings = overoptimisation_table(load_suite(_ppo_suite(tmp_path / "chance", trend, 0.52))).warnings
     assert len(warnings) == 1 and warnings[0].startswith(
         "PPO (reward model) [reward model did not learn]: its reward model did not learn (52.0% [45.1, 58.8] on 200 "

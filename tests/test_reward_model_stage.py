@@ -1,6 +1,6 @@
-"""The reward-model stage (baselines/reward_model.py, issue 21 item 3): micro-batches of train.micro_batch_size
+"""The reward-model stage (baselines/reward_model.py): micro-batches of train.micro_batch_size
 pairs with gradient accumulation and gradient checkpointing train the same model as one batch; a pool without
-enough pairs stops the stage (and DPO) with one line naming the fixes (issue 20).
+enough pairs stops the stage (and DPO) with one line naming the fixes.
 
 Tiny random Qwen2 models of tests/test_rollout_engine.py; no network.
 """
@@ -98,7 +98,7 @@ def test_a_pool_without_pairs_stops_its_consumers_in_one_line(tmp_path, model_di
     assert len(required_pairs(gold, 4, "the reward model")) == 6  # gold pairs: the worked solution as chosen
 
 
-# --- issue 31: the reward model is trained, evaluated and read by PPO on the same tokens at the same position -----
+# --- the reward model is trained, evaluated and read by PPO on the same tokens at the same position -----
 def _entry(question: str, completions: list[str], correct: list[bool]) -> dict:
     return {"prompt": f"Q: {question}\n", "question": question, "answer": "1", "completions": completions,
             "correct": correct, "pairs": "verifier"}

@@ -1,4 +1,4 @@
-"""seed_scope (issue 23, point 4): what a seed varies. method: only the method stage, the shared stages run once
+"""seed_scope: what a seed varies. method: only the method stage, the shared stages run once
 with the first seed; pipeline: every seed re-runs the warm start, sample pool and reward model, and the tiny model
 is initialised with that seed, so the spread over seeds is the whole pipeline's."""
 
@@ -53,7 +53,7 @@ def test_pipeline_scope_with_a_sweep_is_refused() -> None:
 
 
 def test_a_gold_pool_is_labelled_gold_in_the_plan() -> None:
-    # Issue 20: under sample_pool.pairs: gold the pool's pairs are the gold solution against a sample.
+    # Under sample_pool.pairs: gold the pool's pairs are the gold solution against a sample.
     runs = make_plan(load_spec("cpu-tiny", ["sample_pool.pairs=gold"]))
     assert next(r.label for r in runs if r.name == "sample_pool") == "Sample pool (gold-labelled)"
     assert next(r.label for r in make_plan(load_spec("cpu-tiny")) if r.name == "sample_pool") == \

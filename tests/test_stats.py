@@ -189,7 +189,7 @@ def test_paired_t_test_degenerate_cases() -> None:
     same = stats.paired_t_test([0.5, 0.6], [0.5, 0.6])  # identical runs (the control arm against its start)
     assert same["p_value"] is None and same["undefined"] == stats.ZERO_SPREAD
     # Every seed exactly 0.1 apart: zero spread. Dividing by the zero standard error gave p = 0 ("significant");
-    # the test is undefined there, so it has no p-value and no interval (issue 23, point 2).
+    # the test is undefined there, so it has no p-value and no interval.
     shifted = stats.paired_t_test([0.6, 0.7], [0.5, 0.6])
     assert shifted["p_value"] is None and shifted["t"] is None and shifted["low"] is None
     assert shifted["undefined"] == stats.ZERO_SPREAD and shifted["mean_diff"] == pytest.approx(0.1)

@@ -160,9 +160,9 @@ def test_synthetic_splits_hold_out_every_test_working(max_operand: int, max_step
 
 @pytest.mark.parametrize(("max_operand", "max_steps", "test_size"), [(20, 2, 2000), (9, 1, 48), (50, 3, 500)])
 def test_synthetic_test_split_asks_each_working_once(max_operand: int, max_steps: int, test_size: int) -> None:
-    # Issue 23, point 1: the test split drew distinct questions, not distinct workings (cpu-tiny's 5,000 test
-    # questions came from 2,099 workings), and verdicts within a working agree, so per-question intervals were
-    # several times too narrow. Now each test working is asked once: the questions are independent units.
+    # Verdicts within a working agree, so a test split of distinct questions but repeated workings (cpu-tiny's
+    # 5,000 test questions once came from 2,099 workings) makes per-question intervals several times too narrow.
+    # Each test working is asked once: the questions are independent units.
     _, test = synthetic_splits(100, test_size, seed=1234, max_operand=max_operand, max_steps=max_steps)
     assert len({working(p["answer"]) for p in test}) == len(test) == test_size
 
@@ -178,8 +178,8 @@ def test_cpu_tiny_test_split_has_one_question_per_working_and_records_its_steps(
     checks = data.checks
     assert checks["questions"] == checks["clusters"] == 5000 and checks["cluster_unit"] == "working"
     assert checks["working_overlap"] == 0 and checks["question_overlap"] == 0
-    # Held out by working, not by step: every test working is a new combination of steps training also uses
-    # (issue 23, point 3). The counts are recorded, and the split's description says so.
+    # Held out by working, not by step: every test working is a new combination of steps training also uses.
+    # The counts are recorded, and the split's description says so.
     train_steps = {t for p in data.train for t in working(p["answer"]).split()}
     steps_seen = [[s in train_steps for s in working(p["answer"]).split()] for p in data.test]
     assert checks["step_overlap"] == sum(any(x) for x in steps_seen) > 0
@@ -188,8 +188,8 @@ def test_cpu_tiny_test_split_has_one_question_per_working_and_records_its_steps(
 
 
 def test_tokenizer_corpus_comes_from_the_training_side_only() -> None:
-    # Issue 23, point 4: the tiny tokenizer's corpus (2,000 problems from a spare generator seed) held 35 test
-    # questions verbatim and 170 test workings. It now keeps only training-side workings.
+    # The tiny tokenizer's corpus keeps only training-side workings: 2,000 problems drawn from a spare generator
+    # seed held 35 test questions verbatim and 170 test workings.
     from bench.task.data import tokenizer_corpus
     from bench.task.problems import is_validation
 

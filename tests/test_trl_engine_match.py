@@ -1,4 +1,4 @@
-"""TRL's colocated vLLM engine is built, and samples, like the suite's own (issue 32 part 2).
+"""TRL's colocated vLLM engine is built, and samples, like the suite's own.
 
 No vLLM here: a recording stand-in takes the place of ``vllm.LLM`` (and of ``SamplingParams``) both where the
 suite's engine imports it (a stand-in ``vllm`` module) and where TRL's ``trl.generation.vllm_generation`` calls it.

@@ -1,7 +1,7 @@
 """Tuning on a validation split, never on test (bench.execution.tune): the split carved from the training side (disjoint,
 deterministic, the test split never loaded), the grids expanded into per-method sweep points, the pick by mean
 validation accuracy on hand-made result files, the tuned preset loading back, and one tiny tune end to end. The
-issue's own test (a planted score, the loader audited in every worker) is tests/test_tune_planted.py."""
+end-to-end test (a planted score, the loader audited in every worker) is tests/test_tune_planted.py."""
 
 from __future__ import annotations
 

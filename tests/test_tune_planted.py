@@ -1,4 +1,4 @@
-"""Issue 12's tune test: `bench tune` picks the grid point with the higher validation score, never reads the test
+"""`bench tune` end to end: it picks the grid point with the higher validation score, never reads the test
 split, and writes a tuned preset that reproduces the choice.
 
 A stub method goes through the real path (the CLI, the per_method sweep, the runner, one worker subprocess per

@@ -1,4 +1,4 @@
-"""Issue 31: `bench tune` tunes the reward model on its own validation pairs, first, and the chosen point is quoted.
+"""`bench tune` tunes the reward model on its own validation pairs, first, and the chosen point is quoted.
 
 The reward-model stage's grid (a grid entry's ``reward_model``) runs as stage runs, every point at every seed,
 scored by ``metrics.heldout_pair_accuracy`` (one pair per held-out question of the sample pool, questions the stage

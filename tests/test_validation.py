@@ -1,4 +1,4 @@
-"""Issue 13: every value validated before any work starts, data checked before the suite folder exists, output
+"""Every value validated before any work starts, data checked before the suite folder exists, output
 safety (free space, atomic report files) and bounded text in the report.
 
 Each failure is one line naming the key (or the file) and what is allowed; through the CLI it is exit status 2

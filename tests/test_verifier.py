@@ -286,7 +286,7 @@ def test_has_format(completion: str, expected: bool) -> None:
     assert has_format(completion) is expected
 
 
-# --- leniency decided (issue 23, point 11) ----------------------------------------------------------------------
+# --- leniency decided -----------------------------------------------------------------------------------------
 # (completion, suite-strict, suite-flexible, lmeval-strict, lmeval-flexible). Before the decision the first three
 # read 5 in the suite's modes (crediting a gold of 5), and "The answer is 14 or 15" / "#### 14 or 15" read 14
 # while "<answer>14 or 15</answer>" was rejected. lm-eval's modes keep lm-eval's own reading (its strict-match and

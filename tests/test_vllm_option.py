@@ -1,4 +1,4 @@
-"""One fast generation backend for every method (issue 22): generation.backend = transformers | vllm.
+"""One fast generation backend for every method: generation.backend = transformers | vllm.
 
 vLLM is not installed in the CI venv (and must never be required): the import check is mocked where a test needs
 it. What is checked here: the spec keys and their one-line errors (the old per-method key included), the settings

@@ -37,7 +37,7 @@ def test_every_run_records_the_overlap_checks_before_training(tmp_path: Path, mo
     with pytest.raises(_Stop):
         worker._train_and_evaluate(job, tmp_path, result, {})
     checks = result["data_checks"]
-    assert checks["working_overlap"] == 0 and checks["question_overlap"] == 0  # held out for real (issue 9)
+    assert checks["working_overlap"] == 0 and checks["question_overlap"] == 0  # held out for real
     assert isinstance(checks.get("held_out_by"), str)
 
 

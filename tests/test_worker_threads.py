@@ -1,4 +1,4 @@
-"""Threads per worker (issue 20): by default a method run takes cores / parallel runs (never every core beside
+"""Threads per worker: by default a method run takes cores / parallel runs (never every core beside
 another run: a real model's evaluation took 301 s that way instead of 28-70 s), a stage takes every core (stages
 run alone), and an explicit spec.threads wins. Every evaluation, a stage's included, runs at a method run's count
 (a CPU matmul's sums follow the thread count, and a real model's greedy completion turned on it)."""

@@ -1,4 +1,4 @@
-"""TRL methods under DeepSpeed ZeRO-3 (issue 21 item 4), without DeepSpeed: a partitioned parameter is accounted by
+"""TRL methods under DeepSpeed ZeRO-3, without DeepSpeed: a partitioned parameter is accounted by
 its full shape (ds_numel), and the trained policy is gathered on every rank before rank 0 evaluates it (a stub of
 deepspeed.zero.GatheredParameters stands in for the collective).
 """

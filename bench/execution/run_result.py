@@ -107,8 +107,8 @@ def evaluation_record(precision: dict[str, str] | None, before: dict[str, Any] |
     'before_precision': how the warm start's (the 'before' score's) was (None: no warm start read, or a result
     from before the record existed), 'same_numerics': whether the two were computed alike (None when unknown)}.
 
-    A 'before' and 'after' in different numerics would carry a precision shift into every gain (issue 20): the
-    report can say so instead of reading it as learning."""
+    A 'before' and 'after' in different numerics would carry a precision shift into every gain: the report can say
+    so instead of reading it as learning."""
     before_precision = ((before or {}).get("evaluation") or {}).get("precision")
     same = None
     if precision and before_precision:

@@ -15,7 +15,7 @@ per method the grid, every point's score (mean, sd, n questions, seeds) and the 
 ``bench run --preset DIR/tuned-<preset>.yaml``; every result then carries ``spec.tuning``, so the report can say
 per method "tuned on validation" or "untuned default".
 
-The reward model (issue 31), a shared stage, is tuned like a method but on its own validation pairs, and first.
+The reward model, a shared stage, is tuned like a method but on its own validation pairs, and first.
 A grid file entry's ``reward_model`` grid (axes ``reward_model.<field>``; ``eval_fraction`` is fixed, since it decides
 which pairs are held out) is run before any method: every (point, seed) is one run of the stage
 (``reward_model@<point>`` at the first seed, ``reward_model-s<seed>@<point>`` at the others), each trained on every

@@ -35,7 +35,7 @@ ONLINE_CURVES = ("reward", "accuracy_reward", "format_reward", "length_penalty_r
                  "completion_length", "completion_length_p90", "zero_std_groups", "clipfrac", "grad_norm",
                  "empty_answer_rate", "format_only_rate", "repeated_ngram_rate", "answer_in_think_rate",
                  "reflection_rate", "reflection_count")
-"""Curve metrics every online method logs (issue 12; names from bench.results.METRIC_NAMES): the total reward and
+"""Curve metrics every online method logs (names from bench.results.METRIC_NAMES): the total reward and
 its components, KL to the reference, entropy, completion length (mean, p90), zero-variance groups, clip fraction,
 gradient norm, the reward-hacking monitors and the 'aha' monitor. PPO adds :data:`PPO_DYNAMICS`; a method with a
 missing-EOS penalty adds ``missing_eos_penalty_reward``. tests/test_monitors.py runs every online method and checks

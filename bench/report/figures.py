@@ -42,7 +42,7 @@ NETWORKS = ("actor", "critic", "reward", "reference")
 COMPONENTS = (("weight_bytes", "weights", ""), ("grad_bytes", "gradients", "//"), ("optimizer_bytes", "optimizer", ".."))
 CURVE_METRICS = ("reward", "kl", "accuracy_reward", "format_reward", "completion_length", "zero_std_groups")
 DPI = 200
-"""Print quality (the issue asks for >= 200 dpi); figures stay about 1,400-2,400 px wide."""
+"""Print quality (200 dpi or more); figures stay about 1,400-2,400 px wide."""
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
 """Okabe & Ito's colour-blind-safe palette (blue, orange, green, purple, vermillion, sky blue, yellow, black)."""
 CONTROL_COLOR = "#888888"
@@ -703,7 +703,7 @@ def overoptimisation_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
 
 def reward_model_points(suite: Suite) -> list[tuple[int, float, float | None]]:
     """(step, held-out pair accuracy, training pair accuracy or None) of the reward-model stage's curve, in step
-    order; step 0 is the untrained head. [] without the stage or its curve (results before issue 31)."""
+    order; step 0 is the untrained head. [] without the stage or its curve (a result written before the stage logged one)."""
     run = next((r for r in suite.stages if r.status == "ok" and r.result.get("method") == reward_check.REWARD_STAGE),
                None)
     out = []

@@ -625,12 +625,13 @@ INTROS = {
 def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
     """Every detail table by section key (see :data:`INTROS`); empty ones included (a page leaves them out).
 
-    The statistics tables of issue 9 follow the original five: per-seed values, the seed-level t-tests, each
-    method against its start, the reward model's held-out accuracy, the control arm's check and the published
-    anchors; then what training did (bench.report.dynamics: reward over-optimisation, training dynamics, the
-    final evaluation's monitors). The between-method McNemar table is :func:`paired_tests_table` (placed by
-    the page beside these). Issue 14 adds memory per rank and the generation backend (bench.report.ranks;
-    empty without a multi-process run / without vLLM), placed by the page beside the per-phase memory.
+    After the first five (across seeds, networks, throughput, lengths, generation) come the statistics tables:
+    per-seed values, the seed-level t-tests, each method against its start, the reward model's held-out accuracy, the
+    control arm's check and the published anchors; then what training did (bench.report.dynamics: reward
+    over-optimisation, training dynamics, the final evaluation's monitors). The between-method McNemar table is
+    :func:`paired_tests_table` (placed by the page beside these). Memory per rank and the generation backend
+    (bench.report.ranks; empty without a multi-process run / without vLLM) are placed by the page beside the
+    per-phase memory.
     """
     return {
         "seeds": seeds.across_seeds(suite),

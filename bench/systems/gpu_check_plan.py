@@ -65,7 +65,7 @@ from bench.errors import UserError
 CANDIDATES = ("qwen2.5-7b", "qwen2.5-3b", "qwen2.5-1.5b")
 """Step 2's sizes, largest first (0.5B is step 1)."""
 STEP2_METHODS = ("grpo_engine", "ppo_verifier", "dpo")
-"""The methods step 2 runs (the issue's 'engine's GRPO, PPO (verifier) and DPO'); TRL's GRPO and PPO with a
+"""The methods step 2 runs (the engine's GRPO, PPO with the verifier's reward, and DPO); TRL's GRPO and PPO with a
 reward model (a full-size reward-model stage) stay at step 1's size."""
 STEP2_STAGES = ("warm_start", "sample_pool")
 """The stages those methods read (DPO: the pool; every method: the saved random start)."""
