@@ -113,6 +113,12 @@ nothing else, so this docstring is the schema. All memory numbers are bytes, all
   },                                   # completion_length(_p90), truncated_rate, empty_answer_rate,
                                        # format_only_rate, repetition_rate, repeated_ngram_rate,
                                        # answer_in_think_rate, reflection_rate, reflection_count
+  "trackers": {                        # runs whose telemetry.report_to is not [none] (bench.telemetry.trackers)
+    "report_to": [str], "opened": [str],       # asked for; started (a tracker that could not start: a warning)
+    "run_name": str,                           # "<suite folder>/<run id>", the run's name in every tracker
+    "tensorboard_dir": "tensorboard",          # when TensorBoard opened: its event files, in the run's folder
+    "warnings": [str]                          # a tracker that failed to start, log or close; the numbers stand
+  },
   "curves": [{"step": int, METRIC: float, ...}],        # stable metric names, see METRIC_NAMES
   "metrics": {str: float | int | str,                   # method-specific scalars (e.g. reward-model pair acc;
                                                         # "monitor_problems": str, TRL GRPO only, present when

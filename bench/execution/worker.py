@@ -33,6 +33,7 @@ from bench.execution.run_failure import failure_phase, failure_record
 from bench.execution.run_result import assemble_evaluation, assemble_training, check_own_result
 from bench.execution.worker_signals import disarm, install_stop_handlers
 from bench.results import empty_result, write_json_atomic
+from bench.telemetry.trackers import finish_trackers, open_trackers
 
 PROGRESS_PREFIX = "@@progress "
 PHASE_PREFIX = "@@phase "
@@ -96,6 +97,7 @@ def run(run_dir: Path) -> int:
     disarm()  # from here on the result is written whatever arrives
     result["finished_at"] = now()
     result["throughput"]["wall_s"] = time.perf_counter() - wall_start
+    finish_trackers(live.get("trackers"), result)  # the curves its log points missed, the final numbers; never raises
     if launch.launched():  # every rank: its own record; rank 0 alone writes the result (the runner merges them)
         launch.write_rank_file(run_dir, result, getattr(live.get("telemetry"), "prompt_ids", []))
         launch.finish()
@@ -138,6 +140,8 @@ def _train_and_evaluate(job: dict[str, Any], run_dir: Path, result: dict[str, An
     telemetry = build_telemetry(spec, job["kind"], device)
     live["telemetry"] = telemetry  # its readings describe a failure too
     announce_phases(telemetry)  # the runner records the last phase of a worker killed from outside
+    if launch.is_main():  # live curves (telemetry.report_to), from rank 0 alone
+        telemetry.trackers = live["trackers"] = open_trackers(spec, job, run_dir)
     if job.get("sweep"):  # a sweep point: its prediction (before training, so a failure keeps it), the OOM hook
         from bench.execution.sweep import prepare_point
 

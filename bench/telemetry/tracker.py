@@ -112,6 +112,9 @@ class Telemetry:
         self._snapshot_model: Any = None  # weakref to the model snapshotted, for an on_train_end without one
         self._training_change: dict[str, Any] | None = None
         self._training_change_reason = "on_train_begin did not fire"
+        self.trackers: Any = None
+        """The run's live-curve trackers (bench.telemetry.trackers.Trackers), set by the worker; the trainer callback's
+        ``on_log`` hands them each log point."""
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Telemetry":
@@ -372,6 +375,13 @@ class Telemetry:
         return {"setup_s": _span(self._t_recipe_start, begin), "train_s": _span(begin, end),
                 "recipe_s": recipe_s, "timing": label}
 
+    def train_elapsed_s(self) -> float | None:
+        """Seconds since the first ``on_train_begin`` (to the last ``on_train_end`` once one fired); None before."""
+        if self._t_train_begin is None:
+            return None
+        end = self._t_train_end if self._t_train_end is not None else time.perf_counter()
+        return max(0.0, end - self._t_train_begin)
+
     def training_change(self) -> dict[str, Any]:
         """The weight comparison (see :meth:`ParamSnapshot.compare`), or why there is none.
 
@@ -455,7 +465,8 @@ class Telemetry:
 
     # -- transformers ----------------------------------------------------------------------------
     def trainer_callback(self) -> Any:
-        """A ``transformers.TrainerCallback`` driving the training window, steps and the 'update' phase.
+        """A ``transformers.TrainerCallback`` driving the training window, steps and the 'update' phase, and handing
+        each log point to the live-curve trackers (:attr:`trackers`).
 
         ``on_train_begin`` / ``on_train_end`` call :meth:`train_begin` / :meth:`train_end` with
         ``kwargs["model"]`` (the Trainer passes the model it trains; the suite's engine passes the actor).
@@ -484,6 +495,10 @@ class Telemetry:
 
             def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
                 telemetry.step_end()
+
+            def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+                if telemetry.trackers is not None and logs:  # live curves (bench.telemetry.trackers)
+                    telemetry.trackers.on_log(state.global_step, logs, telemetry)
 
         return TelemetryCallback()
 
