@@ -253,7 +253,7 @@ def test_the_report_passes_the_browser_check(suite: Path) -> None:
 def test_tensorboard_holds_every_runs_curves(suite: Path) -> None:
     """Every run logged to TensorBoard (the default telemetry.report_to) under the curves' own names; read
     back with TensorBoard's reader, its scalars equal result.json's curves at the same steps, with no warning."""
-    from test_trackers import assert_tensorboard_equals_curves
+    from tensorboard_events import assert_tensorboard_equals_curves
 
     planned = json.loads((suite / "suite.json").read_text())["runs"]
     for run_id in planned:
