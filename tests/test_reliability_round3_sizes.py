@@ -49,3 +49,12 @@ def test_the_long_functions_are_split(function: object) -> None:
 
         function = cli.build_parser
     assert len(inspect.getsource(function).splitlines()) <= 70  # type: ignore[arg-type]
+
+
+def test_an_evaluation_that_generates_too_many_tokens_is_refused_with_the_estimate_and_the_limit() -> None:
+    """eval.max_new_tokens is a token budget like the rollouts': a run once sat in its first evaluation with no ETA
+    at eval.max_new_tokens=100000000; within each key's bound the product with the test split still has a limit."""
+    with pytest.raises(SpecError, match=r"one evaluation would generate up to 5,000,000,000 tokens \(task.test_size "
+                                        r"50,000 x eval.max_new_tokens 100,000\), over the limit of 2,147,483,648"):
+        load_spec("cpu-quick", ["task.test_size=50000", "eval.max_new_tokens=100000"])
+    load_spec("cpu-quick", ["task.test_size=50000", "eval.max_new_tokens=100000", "eval.enabled=false"])

@@ -221,6 +221,9 @@ SIZE_LIMITS: dict[str, int] = {
     "task.train_size": 10_000_000, "task.test_size": 10_000_000, "task.validation_size": 10_000_000,
     "model.tiny.hidden_size": 65_536, "model.tiny.intermediate_size": 262_144, "model.tiny.num_layers": 1024,
     "model.tiny.num_heads": 1024, "model.tiny.vocab_size": 1_048_576,
+    "eval.max_new_tokens": 131_072, "eval.samples_in_report": 10_000, "reward_model.epochs": 10_000,
+    "reward_model.curve_points": 100_000, "task.synthetic.max_operand": 1_000_000, "task.synthetic.max_steps": 64,
+    "threads": 4096, "parallel_runs": 4096,
 }
 """The largest value of every size the spec takes: far above any run that can finish (GSM8K is 8,792 problems, a
 preset's largest group is 16), and below what makes a run sit at its first step for days or its memory estimate
@@ -228,6 +231,9 @@ overflow. A key a preset does not hold is skipped."""
 MAX_ROLLOUT_TOKENS_PER_STEP = 2**27
 """Most tokens one training step may generate (prompts_per_step x group_size x max_new_tokens): 134 million,
 hours of decoding for one step on a GPU at 10,000 tokens/s."""
+MAX_EVALUATION_TOKENS = 2**31
+"""Most tokens one evaluation may generate (task.test_size x eval.max_new_tokens, greedy, once per run): 2.1 billion,
+days of decoding on a GPU at 10,000 tokens/s; GSM8K's test split at 512 new tokens is 0.7 million."""
 
 
 def validate(spec: Spec) -> None:
@@ -299,6 +305,11 @@ def validate_sizes(spec: Spec) -> None:
         _need(not isinstance(value, (int, float)) or value <= limit,
               f"'{key}' must be <= {limit:,}, got {_shown(value)} (as set, one training step generates up to "
               f"{per_step:,} tokens); no run that can finish needs more: lower it")
+    evaluation = spec.task.test_size * spec.eval.max_new_tokens
+    _need(not spec.eval.enabled or evaluation <= MAX_EVALUATION_TOKENS,
+          f"one evaluation would generate up to {evaluation:,} tokens (task.test_size {spec.task.test_size:,} x "
+          f"eval.max_new_tokens {spec.eval.max_new_tokens:,}), over the limit of {MAX_EVALUATION_TOKENS:,}; lower "
+          f"them (GSM8K's test split at 512 new tokens: 675,328)")
 
 
 def _validate_budget(spec: Spec) -> None:
