@@ -90,3 +90,35 @@ class SamplerMismatch:
         if not self.tokens:
             return {}
         return {"sampler_logprob_abs_diff": self.abs_sum / self.tokens, "sampler_kl": self.kl_sum / self.tokens}
+
+
+def select_and_join(parts: list[tuple[Rollout, torch.Tensor]], pad_id: int) -> Rollout:
+    """The rows ``index`` of each rollout, in order, joined into one batch: prompts left-padded and completions
+    right-padded to the widest, positions recomputed as ``generate`` saw them (DAPO's dynamic sampling keeps
+    groups from several generation rounds).
+
+    Shape: parts [(Rollout with b_k rows, index (m_k,))] -> Rollout with sum m_k rows.
+    """
+    P = max(b.input_ids.shape[1] - b.completion_ids.shape[1] for b, _ in parts)
+    T = max(b.completion_ids.shape[1] for b, _ in parts)
+    prompt_ids, prompt_mask, completion_ids, mask, logps = [], [], [], [], []
+    for b, index in parts:
+        t_k = b.completion_ids.shape[1]
+        p_k = b.input_ids.shape[1] - t_k
+        pad_left, pad_right = P - p_k, T - t_k
+        prompt_ids.append(torch.nn.functional.pad(b.input_ids[index, :p_k], (pad_left, 0), value=pad_id))
+        prompt_mask.append(torch.nn.functional.pad(b.attention_mask[index, :p_k], (pad_left, 0), value=0))
+        completion_ids.append(torch.nn.functional.pad(b.completion_ids[index], (0, pad_right), value=pad_id))
+        mask.append(torch.nn.functional.pad(b.mask[index], (0, pad_right), value=False))
+        if b.sampler_logprobs is not None:
+            logps.append(torch.nn.functional.pad(b.sampler_logprobs[index], (0, pad_right), value=0.0))
+    completions, masks = torch.cat(completion_ids), torch.cat(mask)
+    input_ids, attention_mask, position_ids = sequence_inputs(torch.cat(prompt_ids), torch.cat(prompt_mask),
+                                                              completions, masks)
+    rows, texts, eos = [], [], []
+    for b, index in parts:
+        rows += [b.rows[i] for i in index.tolist()]
+        texts += [b.texts[i] for i in index.tolist()]
+        eos.append(b.has_eos[index])
+    return Rollout(rows, input_ids, attention_mask, position_ids, completions, masks, torch.cat(eos), texts,
+                   torch.cat(logps) if len(logps) == len(parts) else None)

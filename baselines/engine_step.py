@@ -72,7 +72,7 @@ class StepPieces(Placement):
     @torch.no_grad()
     def sample(self, step: int) -> Rollout:
         """G completions for each of this step's prompts with the matched settings, cut after the first EOS."""
-        t, tok = self.spec.train, self.tokenizer
+        t = self.spec.train
         first = (step - 1) * t.prompts_per_step
         rows = self.prompts[first: step * t.prompts_per_step]
         if self.world_size > 1:  # this rank's shard of the step's prompts (validated: N divides prompts_per_step)
@@ -81,6 +81,13 @@ class StepPieces(Placement):
             rows = rows[self.rank * share: (self.rank + 1) * share]
             # positions in the matched prompt order: the rank file shows which prompts each rank trained on
             getattr(self.ctx.telemetry, "prompt_ids", []).extend(range(first, first + share))
+        return self.sample_prompts(rows)
+
+    @torch.no_grad()
+    def sample_prompts(self, rows: list[dict[str, str]]) -> Rollout:
+        """G completions for each prompt row of ``rows`` (the body of ``sample``; DAPO's dynamic sampling calls it
+        again for the prompts it draws beyond the step's). Every completion and token is counted."""
+        t, tok = self.spec.train, self.tokenizer
         rows = [row for row in rows for _ in range(t.group_size)]  # G completions of a prompt adjacent
         enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
         prompt_ids, prompt_mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)

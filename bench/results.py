@@ -239,6 +239,13 @@ METRIC_NAMES: dict[str, Metric] = {
                        "reward-model logit"),
     "zero_std_groups": Metric("share of prompt groups whose G scores were identical (zero advantage, no signal)",
                               _SHARE),
+    "dynamic_sampling_rounds": Metric("DAPO's extra generation rounds this step (new prompts in place of groups "
+                                      "whose G rewards were equal; at most its max_extra_rounds)", "rounds"),
+    "dynamic_sampling_completions": Metric("completions DAPO generated this step beyond the matched batch (counted "
+                                           "against it in generated completions and tokens)", "completions"),
+    "dynamic_sampling_filled": Metric("share of the trained batch's groups that had no signal, kept to fill the batch "
+                                      "when the extra rounds ran out", _SHARE),
+    "overlong_penalty_reward": Metric("mean of DAPO's soft overlong penalty added to the reward (0 to -1)", _REWARD),
     # -- against the reference -------------------------------------------------------------------------------
     "kl": Metric("mean KL(policy || reference) estimate per completion token (PPO: its kl_estimator at rollout; "
                  "GRPO: k3 in the loss; 0 without a reference)", "nats per token"),

@@ -1,7 +1,8 @@
 """The README's promise, kept: adding a method is one recipe file in baselines/ and one line in bench/config/registry.py.
 
 The test copies the suite's packages into a temporary folder, writes a new method there (RLOO on the suite's
-engine: REINFORCE with a leave-one-out baseline), registers it with one line, and runs it end to end on cpu-quick
+engine: REINFORCE with a leave-one-out baseline,
+under a name of its own beside the shipped `rloo`), registers it with one line, and runs it end to end on cpu-quick
 through the real CLI. Nothing else in the copy is edited: the spec, the planner, the worker and the report learn
 about the method from the recipe.
 """
@@ -30,7 +31,7 @@ from baselines.engine_config import EngineConfig, engine_description, validate_e
 from baselines.rollout_engine import Engine
 from bench.errors import SpecError
 
-LABEL = "RLOO (suite engine)"
+LABEL = "RLOO example (suite engine)"
 ENGINE = "suite"
 
 
@@ -87,14 +88,14 @@ def train(ctx):
     return engine.outcome(log_history, per_step, {"advantage": "leave-one-out"}, ("reward",))
 '''
 
-REGISTRY_LINE = '    "rloo": Entry("baselines.rloo"),\n'
+REGISTRY_LINE = '    "rloo_example": Entry("baselines.rloo_example"),\n'
 
 
 def _copy_with_new_method(root: Path) -> Path:
     copy = root / "suite"
     for package in ("bench", "baselines"):
         shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
-    (copy / "baselines" / "rloo.py").write_text(RLOO_RECIPE, encoding="utf-8")
+    (copy / "baselines" / "rloo_example.py").write_text(RLOO_RECIPE, encoding="utf-8")
     registry = copy / "bench" / "config" / "registry.py"
     text = registry.read_text(encoding="utf-8")
     anchor = '    "dpo": Entry("baselines.dpo"),\n'
@@ -113,17 +114,17 @@ def test_a_method_added_as_one_file_and_one_registry_line_runs_end_to_end(tmp_pa
     copy = _copy_with_new_method(tmp_path)
     others = [f"methods.{m}.enabled=false" for m in ("grpo", "grpo_engine", "ppo", "ppo_verifier", "dpo")]
 
-    bad = _bench(copy, "run", "--preset", "cpu-quick", "--dry-run", *others, "methods.rloo.baseline_weight=2",
+    bad = _bench(copy, "run", "--preset", "cpu-quick", "--dry-run", *others, "methods.rloo_example.baseline_weight=2",
                  cache=tmp_path / "cache")
-    assert bad.returncode == 2 and "'methods.rloo.baseline_weight' must be in [0, 1]" in bad.stderr
+    assert bad.returncode == 2 and "'methods.rloo_example.baseline_weight' must be in [0, 1]" in bad.stderr
 
     out = tmp_path / "out"
     proc = _bench(copy, "run", "--preset", "cpu-quick", "--out", str(out), *others, cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted(p.name for p in (out / "runs").iterdir())
-    assert runs == ["rloo-s0", "warm_start"]  # its prerequisites came from the recipe's needs()
-    result = json.loads((out / "runs" / "rloo-s0" / "result.json").read_text())
-    assert result["status"] == "ok" and result["label"] == "RLOO (suite engine)"
+    assert runs == ["rloo_example-s0", "warm_start"]  # its prerequisites came from the recipe's needs()
+    result = json.loads((out / "runs" / "rloo_example-s0" / "result.json").read_text())
+    assert result["status"] == "ok" and result["label"] == "RLOO example (suite engine)"
     assert result["throughput"]["completions"] > 0 and result["accuracy"]["after"]
-    assert result["spec"]["methods"]["rloo"]["baseline_weight"] == 1.0
-    assert "RLOO (suite engine)" in (out / "index.html").read_text()
+    assert result["spec"]["methods"]["rloo_example"]["baseline_weight"] == 1.0
+    assert "RLOO example (suite engine)" in (out / "index.html").read_text()

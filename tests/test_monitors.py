@@ -224,6 +224,8 @@ ONLINE_RUNS = {  # run name -> (recipe module, its config): every online method,
     "ppo": ("ppo", {"reward": "model"}),
     "ppo_verifier": ("ppo", {"reward": "verifier"}),
     "control": ("control", {"enabled": True}),
+    **{name: ("grpo_family", {"enabled": True}) for name in
+       ("rloo", "reinforce_pp", "dr_grpo", "dapo", "gspo", "cispo", "sapo")},
 }
 
 

@@ -59,6 +59,21 @@ METHODS: dict[str, Entry] = {
     "ppo_verifier": Entry("baselines.ppo", label="PPO (verifier reward)", defaults={"reward": "verifier"}),
     "dpo": Entry("baselines.dpo"),
     "control": Entry("baselines.control"),  # off by default (methods.control.enabled=true)
+    # GRPO's successors: one recipe, each method's differences from GRPO (off by default: methods.<name>.enabled=true)
+    "rloo": Entry("baselines.grpo_family", label="RLOO (suite engine)",
+                  defaults={"advantage": "leave_one_out", "kl": "reward"}),
+    "reinforce_pp": Entry("baselines.grpo_family", label="REINFORCE++ (suite engine)",
+                          defaults={"advantage": "reinforce_pp", "kl": "reward", "loss_type": "bnpo"}),
+    "dr_grpo": Entry("baselines.grpo_family", label="Dr. GRPO (suite engine)",
+                     defaults={"advantage": "group_no_std", "loss_type": "dr_grpo"}),
+    "dapo": Entry("baselines.grpo_family", label="DAPO (suite engine)",
+                  defaults={"cliprange_high": 0.28, "loss_type": "dapo", "kl": "none", "dynamic_sampling": True,
+                            "overlong_penalty": True}),
+    "gspo": Entry("baselines.grpo_family", label="GSPO (suite engine)",
+                  defaults={"loss": "sequence_clip", "cliprange": 3e-4, "cliprange_high": 4e-4, "kl": "none"}),
+    "cispo": Entry("baselines.grpo_family", label="CISPO (suite engine)",
+                   defaults={"loss": "cispo", "cliprange_high": 0.28, "loss_type": "dapo"}),
+    "sapo": Entry("baselines.grpo_family", label="SAPO (suite engine)", defaults={"loss": "sapo"}),
 }
 """Contestants in report order."""
 
