@@ -83,8 +83,9 @@ def test_an_unlearned_reward_model_flags_ppo_in_the_block(suite: Path) -> None:
     assert any(line.startswith("PPO (reward model) [reward model did not learn]: ") for line in lines)
     assert "against GRPO" in lines[-1]
     # The cost-and-buy sentence carries the flag too: it is PPO against that reward model, not against the task.
-    assert lines[-1].endswith("[reward model did not learn: this is PPO against a reward model that ranks held-out "
-                              "pairs no better than its untrained head, not PPO against the task.]"), lines[-1]
+    assert lines[-1].endswith("[reward model did not learn: this is PPO against a reward model whose held-out pair "
+                              "accuracy is not above both chance and its untrained head (the reward model's line), not "
+                              "PPO against the task.]"), lines[-1]
 
 
 def test_the_ppo_ratio_uses_only_the_seeds_both_methods_measured(suite: Path) -> None:

@@ -206,8 +206,8 @@ def ppo_sentence(suite: Suite) -> str | None:
     sentence = (f"PPO's four networks (actor, critic, reward model, reference) cost {cost} and bought {bought} "
                 f"against {b}.")
     if ppo[0].flag:  # what PPO bought is then bounded by a reward model that ranks pairs no better than untrained
-        sentence += (f" [{ppo[0].flag}: this is PPO against a reward model that ranks held-out pairs no better than "
-                     f"its untrained head, not PPO against the task.]")
+        sentence += (f" [{ppo[0].flag}: this is PPO against a reward model whose held-out pair accuracy is not "
+                     f"above both chance and its untrained head (the reward model's line), not PPO against the task.]")
     return sentence
 
 
