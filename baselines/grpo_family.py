@@ -11,7 +11,7 @@ recipe's ``Config`` fields, their defaults are GRPO's, and each method's differe
   dapo          group                   clip, eps 0.2 / 0.28        dapo (token mean)           none
                 + dynamic sampling, + the overlong soft penalty
   gspo          group                   sequence_clip 3e-4 / 4e-4   grpo (sequence mean)        none
-  cispo         group                   cispo, weight <= 1.28       dapo (token mean)           loss term
+  cispo         group                   cispo, weight <= 5 (ScaleRL) dapo (token mean)          loss term
   sapo          group                   sapo, tau 1.0 / 1.05        grpo (sequence mean)        loss term
 
 The mathematics is ``baselines/rl_math.py`` (each function checked against TRL 1.16 in tests/test_frontier_math.py).

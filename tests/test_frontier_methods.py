@@ -73,7 +73,7 @@ def _expected_loss(name: str, cfg, engine, batch) -> torch.Tensor:
         "dapo": lambda: M.clipped_surrogate(zero, A, 0.2, 0.28)[0],
         "gspo": lambda: M.clipped_surrogate(M.importance_log_ratio(logp, logp, batch.mask, "sequence"), A,
                                             3e-4, 4e-4)[0].expand_as(logp),
-        "cispo": lambda: M.cispo_loss(logp, zero, A, 1.28),
+        "cispo": lambda: M.cispo_loss(logp, zero, A, 5.0),
         "sapo": lambda: M.sapo_loss(zero, A).expand_as(logp),
     }.get(name, lambda: M.clipped_surrogate(zero, A, 0.2)[0])()
     if ref is not None and name not in ("rloo", "reinforce_pp"):  # GRPO's k3 loss term (ratio 1 here)

@@ -71,8 +71,10 @@ METHODS: dict[str, Entry] = {
                             "overlong_penalty": True}),
     "gspo": Entry("baselines.grpo_family", label="GSPO (suite engine)",
                   defaults={"loss": "sequence_clip", "cliprange": 3e-4, "cliprange_high": 4e-4, "kl": "none"}),
+    # CISPO's weight bound min(r, 1 + 4.0) = 5: ScaleRL's recommended eps_max, as TRL 1.16 documents it for its
+    # cispo loss (whose epsilon_high is the bound on r itself); a bound of 1.28 would clip like DAPO's clip-higher.
     "cispo": Entry("baselines.grpo_family", label="CISPO (suite engine)",
-                   defaults={"loss": "cispo", "cliprange_high": 0.28, "loss_type": "dapo"}),
+                   defaults={"loss": "cispo", "cliprange_high": 4.0, "loss_type": "dapo"}),
     "sapo": Entry("baselines.grpo_family", label="SAPO (suite engine)", defaults={"loss": "sapo"}),
 }
 """Contestants in report order."""
