@@ -19,7 +19,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from bench.results import empty_result, result_problems, write_json_atomic
 from bench.scoring.stats import wilson_interval
@@ -44,6 +44,15 @@ METHODS: dict[str, dict[str, Any]] = {
     "control": {"label": "Control (lr 0)", "engine": "suite", "nets": ("actor", "reference"), "after": 100,
                 "cps": 190.0},
 }
+FRONTIER: dict[str, dict[str, Any]] = {
+    name: {"label": f"{label} (suite engine)", "engine": "suite", "nets": ("actor", "reference"), "after": after,
+           "cps": 200.0}
+    for name, label, after in (("dr_grpo", "Dr. GRPO", 164), ("dapo", "DAPO", 172), ("gspo", "GSPO", 168),
+                               ("cispo", "CISPO", 150), ("sapo", "SAPO", 160), ("rloo", "RLOO", 152),
+                               ("reinforce_pp", "REINFORCE++", 148))
+}
+"""GRPO's successors on the suite engine (for the ablation ladder and their claims); in no default fixture."""
+INFO = {**METHODS, **FRONTIER}
 ENVIRONMENT = {"time_utc": "2026-11-30T12:00:00+00:00", "os": "Linux", "python": "3.11.7",
                "cpu_model": "Test Xeon", "cpu_count_logical": 2, "ram_bytes": 8 * 1024**3, "gpu_count": 0,
                "gpus": [], "packages": {"torch": "2.13.0", "transformers": "5.24.0", "trl": "1.16.0"},
@@ -59,7 +68,7 @@ def _score(correct: int, total: int = N) -> dict[str, Any]:
 def method_result(method: str, seed: int = 0, status: str = "ok", source: str = "cpu-rss",
                   peak_mib: float = 700.0) -> dict[str, Any]:
     """A well-formed result for one of :data:`METHODS` (``status='failed'`` carries an OOM error)."""
-    info = METHODS[method]
+    info = INFO[method]
     res = empty_result(f"{method}-s{seed}", "method", method, info["label"], info["engine"], seed)
     res.update(status=status, started_at="2026-11-30T12:00:00+00:00", finished_at="2026-11-30T12:01:00+00:00")
     res["environment"] = dict(ENVIRONMENT)
@@ -154,21 +163,26 @@ def stage_result(name: str, label: str) -> dict[str, Any]:
     return res
 
 
-def _verdicts(run_dir: Path, correct: int) -> None:
+def _verdicts(run_dir: Path, correct: int, records: list[dict[str, Any]] | None = None) -> None:
     # Question i is right for every method when i < min(correct): methods differ only on the questions above.
-    lines = [json.dumps({"index": i, "correct_strict": i < correct, "correct_flexible": i < correct})
+    lines = [json.dumps({"index": i, "correct_strict": i < correct, "correct_flexible": i < correct,
+                         **(records[i] if records else {})})
              for i in range(N)]
     (run_dir / "eval_after.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def write_suite(root: Path, methods: tuple[str, ...] = tuple(METHODS), failed: tuple[str, ...] = (),
                 source: str = "cpu-rss", peak_mib: float = 700.0, completion: str | None = None,
-                name: str = "suite") -> Path:
+                name: str = "suite", seeds: tuple[int, ...] = (0,),
+                edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
     """Write a suite folder under ``root``; ``failed`` methods fail with an OOM; ``completion`` replaces the first
-    method's sample completion (hostile or huge text). Returns the folder."""
+    method's sample completion (hostile or huge text); every method runs once per seed in ``seeds``; ``edit``
+    changes each method's result in place before it is written (its per-question file follows the edited strict
+    score and may carry the result's ``_records``: one dict per question merged into its line). Returns the
+    folder."""
     suite = root / name
     stages = [("warm_start", "Warm start (SFT)"), ("sample_pool", "Sample pool"), ("reward_model", "Reward model")]
-    runs = [f"{s}-s0" for s, _ in stages] + [f"{m}-s0" for m in methods]
+    runs = [f"{s}-s0" for s, _ in stages] + [f"{m}-s{seed}" for seed in seeds for m in methods]
     write_json_atomic(suite / "suite.json", {
         "preset": "cpu-tiny", "description": "fabricated suite for the report tests",
         "created_at": "2026-11-30T12:00:00+00:00", "runs": runs,
@@ -180,15 +194,19 @@ def write_suite(root: Path, methods: tuple[str, ...] = tuple(METHODS), failed: t
         write_json_atomic(suite / "runs" / f"{stage}-s0" / "result.json", stage_result(stage, label))
         if stage == "warm_start":  # the start every method is tested against, question by question
             _verdicts(suite / "runs" / f"{stage}-s0", BEFORE)
-    for i, method in enumerate(methods):
-        res = method_result(method, status="failed" if method in failed else "ok", source=source, peak_mib=peak_mib)
+    for i, (seed, method) in enumerate((seed, m) for seed in seeds for m in methods):
+        res = method_result(method, seed, status="failed" if method in failed else "ok", source=source,
+                            peak_mib=peak_mib)
         if completion is not None and i == 0:
             res["samples"] = [{"question": "Q?", "completion": completion, "gold": "4", "correct": False}]
+        if edit is not None:
+            edit(res)
+        records = res.pop("_records", None)
         assert res["status"] != "ok" or not result_problems(res), result_problems(res)
         run_dir = suite / "runs" / res["run_id"]
         write_json_atomic(run_dir / "result.json", res)
         if res["status"] == "ok":
-            _verdicts(run_dir, METHODS[method]["after"])
+            _verdicts(run_dir, res["accuracy"]["after"]["strict"]["correct"], records)
     return suite
 
 

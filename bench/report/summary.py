@@ -145,7 +145,8 @@ KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation", "mem
 """Detail tables placed by name; any other table tables.detail_tables adds is shown under its own key."""
 
 
-TITLES = {"per_seed": "Accuracy per seed", "seed_tests": "Seed-level tests", "start_tests":
+TITLES = {"per_seed": "Accuracy per seed", "seed_tests": "Seed-level tests",
+          "ladder": "Ablation ladder (GRPO's successors)", "start_tests":
           "Against the starting checkpoint", "reward_model": "Reward model: what PPO (reward model) trains against",
           "control": "Control arm (lr 0)",
           "anchors": "Published anchors (external)", "overoptimisation": "Reward over-optimisation (PPO, reward model)",

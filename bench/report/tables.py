@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.scoring import stats
-from bench.report import anchors, datachecks, dynamics, fmt, networks, ranks, reward_check, seeds, settings, throughput
+from bench.report import (anchors, datachecks, dynamics, fmt, ladder, networks, ranks, reward_check, seeds, settings,
+                          throughput)
 from bench.report.load import Run, Suite, results_frame
 from bench.report.records import label_as_run
 
@@ -600,6 +601,8 @@ INTROS = {
                   "(matched methods share one), then the greedy evaluation.",
     "per_seed": "Each seed's accuracy after training, per method, with the mean and standard deviation over seeds.",
     "seed_tests": "Methods compared at the seed level (paired t-test over seeds), beside the per-question tests.",
+    "ladder": "GRPO's successors as an ablation ladder: each rung's accuracy change against the rung before it "
+              "(paired t-test over seeds, Holm-adjusted over the ladder's rungs).",
     "start_tests": "Every method against the checkpoint it started from, on the same questions (McNemar, Holm).",
     "reward_model": "How well the learned reward model ranks held-out pairs: the signal PPO (reward model) trains on.",
     "control": "The control arm (learning rate 0): a check on the pipeline itself.",
@@ -641,6 +644,7 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
         "generation": settings.generation_table(suite),
         "per_seed": seeds.per_seed_table(suite),
         "seed_tests": seeds.seed_tests_table(suite),
+        "ladder": ladder.ladder_table(suite),
         "start_tests": start_tests_table(suite),
         "reward_model": reward_model_table(suite),
         "overoptimisation": dynamics.overoptimisation_table(suite),

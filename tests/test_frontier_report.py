@@ -1,0 +1,78 @@
+"""The report's side of GRPO's successors: the ablation ladder (numbers and Holm adjustment by hand), the claims
+on the successors (each where it is false and where it is true) and the accuracy-against-cost Pareto figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_fixtures import N, write_suite
+
+from bench.report import build_report, load_suite
+from bench.report.ladder import FAMILY, NOT_RUN, ladder_table
+from bench.report.summary import summary_markdown
+
+AFTER = {  # method -> questions right (of 400) on seeds 0, 1, 2
+    "grpo_engine": (156, 160, 164), "dr_grpo": (164, 172, 168), "dapo": (172, 172, 180),
+    "gspo": (172, 172, 180), "rloo": (150, 160, 170),
+}
+
+
+def _score(correct: int) -> dict[str, Any]:
+    return {"correct": correct, "total": N, "accuracy": correct / N, "low": None, "high": None}
+
+
+def set_accuracy(after: dict[str, tuple[int, ...]]):
+    """An ``edit`` for write_suite: the strict accuracy after of each listed method on each seed."""
+    def edit(res: dict[str, Any]) -> None:
+        if res["status"] == "ok" and res["method"] in after:
+            correct = after[res["method"]][res["seed"]]
+            res["accuracy"]["after"] = {"strict": _score(correct), "flexible": _score(correct + 10)}
+    return edit
+
+
+@pytest.fixture(scope="module")
+def ladder_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_suite(tmp_path_factory.mktemp("ladder"), methods=tuple(AFTER), seeds=(0, 1, 2),
+                       edit=set_accuracy(AFTER))
+
+
+def test_ladder_numbers_and_holm(ladder_suite: Path) -> None:
+    table = ladder_table(load_suite(ladder_suite))
+    rows = {row[0]: row for row in table.rows}
+    assert len(rows) == 7
+    # Dr. GRPO − GRPO per seed: +8, +12, +4 of 400 = +2.0 ± 1.0 pp; t = 0.02 / (0.01 / √3) = 3.4641, df 2:
+    # p = 1 − t / √(t² + 2) = 0.07418.
+    dr = rows["GRPO (suite engine) → Dr. GRPO (suite engine)"]
+    assert dr[1:5] == ["40.0%", "42.0%", "+2.0 ± 1.0 pp", "0, 1, 2"] and dr[5] == "0.0742"
+    # DAPO − Dr. GRPO: +8, 0, +12 -> mean 1.667 pp, sd 1.528 pp, t = 1.8898, p = 1 − t / √(t² + 2) = 0.19936.
+    dapo = rows["Dr. GRPO (suite engine) → DAPO (suite engine)"]
+    assert dapo[3] == "+1.7 ± 1.5 pp" and dapo[5] == "0.199"
+    # RLOO − GRPO: −6, 0, +6: mean 0, p = 1.
+    rloo = rows["GRPO (suite engine) → RLOO (suite engine)"]
+    assert rloo[3] == "+0.0 ± 1.5 pp" and rloo[5] == "1"
+    # GSPO equals DAPO on every seed: zero spread, no p and out of the family.
+    gspo = rows["DAPO (suite engine) → GSPO (suite engine)"]
+    assert gspo[5] == gspo[6] == "undefined (zero spread)"
+    # Holm over the 3 p-values: 3 × 0.07418 = 0.2225, max(0.2225, 2 × 0.19936) = 0.3987, max(0.3987, 1 × 1) = 1.
+    assert (dr[6], dapo[6], rloo[6]) == ("0.223", "0.399", "1")
+    # Methods the suite did not plan.
+    for rung in ("GRPO (suite engine) → CISPO (suite engine)", "GRPO (suite engine) → SAPO (suite engine)",
+                 "RLOO (suite engine) → REINFORCE++ (suite engine)"):
+        assert NOT_RUN in rows[rung][3] and rows[rung][5] == "—"
+    assert any(FAMILY in note and "the 3 rungs" in note for note in table.notes)
+    assert any("paired t-test over seeds" in note for note in table.notes)
+
+
+def test_ladder_on_the_page(ladder_suite: Path) -> None:
+    build_report(ladder_suite)
+    assert "## Ablation ladder (GRPO's successors)" in (ladder_suite / "summary.md").read_text(encoding="utf-8")
+    page = (ladder_suite / "index.html").read_text(encoding="utf-8")
+    assert "Ablation ladder (GRPO&#39;s successors)" in page or "Ablation ladder (GRPO's successors)" in page
+
+
+def test_no_ladder_without_a_rung(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path)  # the default fixture: GRPO (suite engine) but none of its successors
+    assert not ladder_table(load_suite(suite))
+    assert "Ablation ladder" not in summary_markdown(load_suite(suite))
