@@ -76,3 +76,80 @@ def test_no_ladder_without_a_rung(tmp_path: Path) -> None:
     suite = write_suite(tmp_path)  # the default fixture: GRPO (suite engine) but none of its successors
     assert not ladder_table(load_suite(suite))
     assert "Ablation ladder" not in summary_markdown(load_suite(suite))
+
+
+# --- claims on GRPO's successors --------------------------------------------------------------------------
+def claim_verdicts(suite_dir: Path) -> dict[str, tuple[str, str]]:
+    """Claim id -> (measured text, verdict) for the successors' claims."""
+    from bench.report.claims import check, load_claims
+
+    suite = load_suite(suite_dir)
+    return {c["id"]: (lambda v: (v.measured, v.verdict))(check(suite, c)) for c in load_claims()}
+
+
+def successors_edit(shorter: bool, higher: bool, fewer: bool, spread: bool | None = None):
+    """Dr. GRPO's incorrect completions 30 tokens against GRPO's 50 (or the other way round), DAPO's entropy
+    0.2 above GRPO's (or below), RLOO holding two networks (or a critic besides: three); ``spread``: log a
+    'ratio_std' curve, GSPO's 0.1 against GRPO's 0.3 (or the other way round)."""
+    def edit(res: dict[str, Any]) -> None:
+        method, correct = res["method"], res["accuracy"]["after"]["strict"]["correct"]
+        lengths = {"dr_grpo": 30 if shorter else 50, "grpo_engine": 50 if shorter else 30}
+        if method in lengths:  # right answers 10 tokens; wrong ones the length under test
+            res["_records"] = [{"tokens": 10 if i < correct else lengths[method]} for i in range(N)]
+        for point in res["curves"]:
+            if method == "dapo":
+                point["entropy"] += 0.2 if higher else -0.2
+            if spread is not None and method in ("gspo", "grpo_engine"):
+                point["ratio_std"] = 0.1 if (method == "gspo") == spread else 0.3
+        if method == "rloo" and not fewer:
+            res["memory"]["networks"]["critic"] = dict(res["memory"]["networks"]["actor"])
+    return edit
+
+
+SUCCESSORS = ("grpo_engine", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp")
+
+
+def test_successor_claims_true(tmp_path: Path) -> None:
+    from bench.report.claims import BY_CONSTRUCTION, NOT_MEASURED, SUPPORTED
+
+    found = claim_verdicts(write_suite(tmp_path, methods=SUCCESSORS, seeds=(0, 1),
+                                       edit=successors_edit(True, True, True)))
+    text, verdict = found["dr-grpo-shorter-incorrect"]
+    assert verdict == SUPPORTED and "Dr. GRPO (suite engine) 30.0 (seeds 0, 1)" in text and "50.0 tokens" in text
+    assert "below on 2 of 2 common seed(s)" in text and "zero spread" in text
+    text, verdict = found["dapo-entropy-higher"]
+    assert verdict == SUPPORTED and "DAPO (suite engine) 1.025" in text and "0.825" in text  # last fifth: 0.825
+    text, verdict = found["gspo-ratio-spread"]  # no run logs the ratios' spread: never a guess
+    assert verdict == NOT_MEASURED and "not their spread" in text
+    text, verdict = found["critic-free-successors-networks"]
+    assert verdict == BY_CONSTRUCTION and "RLOO (suite engine): 2 (actor, reference)" in text
+    assert "REINFORCE++ (suite engine): 2" in text
+
+
+def test_successor_claims_false(tmp_path: Path) -> None:
+    from bench.report.claims import NOT_BY_CONSTRUCTION, NOT_SUPPORTED
+
+    found = claim_verdicts(write_suite(tmp_path, methods=SUCCESSORS, seeds=(0, 1),
+                                       edit=successors_edit(False, False, False, spread=False)))
+    text, verdict = found["dr-grpo-shorter-incorrect"]
+    assert verdict == NOT_SUPPORTED and "Dr. GRPO (suite engine) 50.0" in text and "30.0 tokens" in text
+    assert "below on 0 of 2" in text
+    text, verdict = found["dapo-entropy-higher"]
+    assert verdict == NOT_SUPPORTED and "DAPO (suite engine) 0.625" in text
+    text, verdict = found["gspo-ratio-spread"]  # were the spread logged, the rule would judge it
+    assert verdict == NOT_SUPPORTED and "GSPO (suite engine) 0.300" in text
+    text, verdict = found["critic-free-successors-networks"]
+    assert verdict == NOT_BY_CONSTRUCTION and "RLOO (suite engine): 3 (actor, reference, critic)" in text
+
+
+def test_successor_claims_not_measured(tmp_path: Path) -> None:
+    from bench.report.claims import NOT_MEASURED
+
+    found = claim_verdicts(write_suite(tmp_path))  # the default fixture: none of the successors
+    for claim in ("dr-grpo-shorter-incorrect", "dapo-entropy-higher", "gspo-ratio-spread",
+                  "critic-free-successors-networks"):
+        assert found[claim][1] == NOT_MEASURED and "not in this run" in found[claim][0]
+    # Dr. GRPO ran, but its per-question file has no token counts (eval_after.jsonl): not measured, with why.
+    found = claim_verdicts(write_suite(tmp_path, methods=("grpo_engine", "dr_grpo"), name="no-tokens"))
+    text, verdict = found["dr-grpo-shorter-incorrect"]
+    assert verdict == NOT_MEASURED and "no token counts" in text

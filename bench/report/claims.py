@@ -406,9 +406,106 @@ def bf16_updates(suite: Suite, c: dict[str, Any]) -> Verdict:
                    "about 2.5% of them, with fp32 masters over 90%)", NOT_MEASURED)
 
 
+# --- GRPO's successors: one value per seed, a method against GRPO ------------------------------------------
+def _seed_values(suite: Suite, methods: Any, value: Callable[[Run], float | None]
+                 ) -> tuple[str, dict[Any, float]] | None:
+    """(label, {seed: value}) of the first listed method with an ok run that has a value; None when none has."""
+    for name in _names(methods):
+        runs = [r for r in ok_methods(suite) if r.result.get("method") == name]
+        values = {r.result.get("seed"): value(r) for r in runs}
+        values = {s: v for s, v in values.items() if v is not None}
+        if values:
+            return runs[0].label, values
+    return None
+
+
+def _seed_list(values: dict[Any, float]) -> str:
+    return f"seed{'s' if len(values) > 1 else ''} {', '.join(map(str, values))}"
+
+
+def _compare_seeds(suite: Suite, c: dict[str, Any], value: Callable[[Run], float | None], what: str,
+                   unit: str) -> Verdict:
+    """Method ``a`` against ``b`` (each the first listed with a value) on ``value`` per seed: supported when a's
+    mean over its ok seeds is on the side ``c["relation"]`` ('below' / 'above') of b's. The verdict is the
+    direction of the means; the seed-by-seed count and (two or more common seeds) the paired t-test p are shown
+    beside it so a reader can judge how firm it is."""
+    from bench.scoring import stats
+
+    sides = {}
+    for key in ("a", "b"):
+        found = _seed_values(suite, c[key], value)
+        if found is None:
+            ran = _run(suite, c[key])
+            why = _why_missing(suite, c[key]) if ran is None else f"{ran.label} recorded no {what}"
+            return Verdict(why + (f" ({c['absent']})" if ran is not None and c.get("absent") else ""), NOT_MEASURED)
+        sides[key] = found
+    (la, va), (lb, vb) = sides["a"], sides["b"]
+    ma, mb = sum(va.values()) / len(va), sum(vb.values()) / len(vb)
+    below = c["relation"] == "below"
+    holds = ma < mb if below else ma > mb
+    text = (f"{what}: {la} {ma:,.{c.get('digits', 3)}f} ({_seed_list(va)}) against {lb} "
+            f"{mb:,.{c.get('digits', 3)}f}{unit} ({_seed_list(vb)}), mean over each method's ok seeds")
+    common = [s for s in va if s in vb]
+    if common:
+        side = sum((va[s] < vb[s]) if below else (va[s] > vb[s]) for s in common)
+        text += f"; {c['relation']} on {side} of {len(common)} common seed(s)"
+    if len(common) >= 2:
+        test = stats.paired_t_test([va[s] for s in common], [vb[s] for s in common])
+        p = test["p_value"]
+        text += "; paired t-test over seeds " + (f"p = {fmt.p_value_text(p)}" if p is not None else
+                                                  f"undefined ({test['undefined']})")
+    return Verdict(text, SUPPORTED if holds else NOT_SUPPORTED)
+
+
+def incorrect_length(run: Run, mode: str) -> float | None:
+    """Mean generated tokens of the final evaluation's incorrect completions under ``mode`` (completions.jsonl's
+    ``tokens`` and verdicts); None without per-question token counts or without an incorrect completion."""
+    lengths = [fmt.num(row.get("tokens")) for row in run.verdicts or [] if fmt.verdict(row, mode) is False]
+    lengths = [v for v in lengths if v is not None]
+    return sum(lengths) / len(lengths) if lengths else None
+
+
+def incorrect_length_compare(suite: Suite, c: dict[str, Any]) -> Verdict:
+    """Mean length (tokens) of incorrect final-evaluation completions, headline mode: ``a`` against ``b``."""
+    mode = headline_mode(suite)
+    return _compare_seeds(suite, {"digits": 1, **c}, lambda run: incorrect_length(run, mode),
+                          f"mean length of incorrect completions (final evaluation, {mode})", " tokens")
+
+
+def curve_end_compare(suite: Suite, c: dict[str, Any]) -> Verdict:
+    """The last-fifth mean of training curve ``c["curve"]`` (the dynamics table's window): ``a`` against ``b``.
+    A curve no run logs reads 'not measured' with ``c["absent"]``, the reason."""
+    from bench.report import dynamics
+
+    return _compare_seeds(suite, c, lambda run: dynamics.window_mean(dynamics._points(run), c["curve"]),
+                          f"'{c['curve']}' over the last fifth of training", "")
+
+
+def networks_at_most(suite: Suite, c: dict[str, Any]) -> Verdict:
+    """Each of ``methods`` holds no more full networks (:func:`full_network`, static accounting of
+    ``result["memory"]["networks"]``) than ``than`` (the first listed with an ok run): by construction."""
+    base = _run(suite, c["than"])
+    base = base if base is not None and network_bytes(base) else None
+    runs = [r for r in (_run(suite, m) for m in _names(c["methods"])) if r is not None and network_bytes(r)]
+    if base is None or not runs:
+        return Verdict(_why_missing(suite, c["than"] if base is None else c["methods"]), NOT_MEASURED)
+
+    def full(run: Run) -> list[str]:
+        entries = run.result.get("memory", {}).get("networks") or {}
+        return [role for role in network_bytes(run) if full_network(entries.get(role))]
+
+    limit = len(full(base))
+    texts = [f"{r.label}: {len(full(r))} ({', '.join(full(r)) or 'none'})" for r in [base, *runs]]
+    missing = [m for m in _names(c["methods"]) if _run(suite, m) is None]
+    note = f"; {', '.join(missing)} not in this run or not ok" if missing else ""
+    return Verdict("full networks (static accounting): " + "; ".join(texts) + note,
+                   _built(all(len(full(r)) <= limit for r in runs)))
+
+
 CHECKS: dict[str, Callable[[Suite, dict[str, Any]], Verdict]] = {
     f.__name__: f for f in (networks_present, networks_absent, beta_zero_reference, memory_ratio,
-                            critic_saving, critic_time, phase_share_below, group_size_sweep, bf16_updates)
+                            critic_saving, critic_time, phase_share_below, group_size_sweep, bf16_updates,
+                            incorrect_length_compare, curve_end_compare, networks_at_most)
 }
 
 
