@@ -70,6 +70,7 @@ def test_ladder_on_the_page(ladder_suite: Path) -> None:
     assert "## Ablation ladder (GRPO's successors)" in (ladder_suite / "summary.md").read_text(encoding="utf-8")
     page = (ladder_suite / "index.html").read_text(encoding="utf-8")
     assert "Ablation ladder (GRPO&#39;s successors)" in page or "Ablation ladder (GRPO's successors)" in page
+    assert 'src="figures/pareto.png"' in page and (ladder_suite / "figures" / "pareto.png").is_file()
 
 
 def test_no_ladder_without_a_rung(tmp_path: Path) -> None:
@@ -153,3 +154,32 @@ def test_successor_claims_not_measured(tmp_path: Path) -> None:
     found = claim_verdicts(write_suite(tmp_path, methods=("grpo_engine", "dr_grpo"), name="no-tokens"))
     text, verdict = found["dr-grpo-shorter-incorrect"]
     assert verdict == NOT_MEASURED and "no token counts" in text
+
+
+# --- the Pareto figure ------------------------------------------------------------------------------------
+def test_pareto_figure_drawn(ladder_suite: Path, tmp_path: Path, drawn: dict[str, Any]) -> None:
+    from bench.report.figures import method_colors
+    from bench.report.figures import pareto_figure
+
+    suite = load_suite(ladder_suite)
+    info = pareto_figure(suite, tmp_path / "figures")
+    assert info is not None and info.name == "pareto.png" and (tmp_path / "figures" / "pareto.png").is_file()
+    assert "MiB, source cpu-rss" in info.caption and "wall time (s" in info.caption and "15 on the memory" in info.caption
+    memory_ax, time_ax = drawn["pareto.png"].axes[:2]
+    assert memory_ax.get_xlabel() == "peak memory (MiB, source: cpu-rss)"
+    assert time_ax.get_xlabel() == "wall time of the run (s)" and "accuracy after training (%" in time_ax.get_ylabel()
+    # Per method: one collection of its seeds (3 points), one of its mean (1 diamond), in the method's colour.
+    colors = method_colors(suite)
+    seeds, means = memory_ax.collections[0::2], memory_ax.collections[1::2]
+    assert len(seeds) == len(means) == 5 and all(len(c.get_offsets()) == 3 for c in seeds)
+    grpo_mean = means[0].get_offsets()[0]
+    assert abs(grpo_mean[1] - 40.0) < 1e-9 and abs(grpo_mean[0] - 720.0) < 1e-9  # (156+160+164)/3 of 400; 700+20 MiB
+    assert tuple(means[0].get_facecolor()[0][:3]) == pytest.approx(
+        tuple(int(colors["GRPO (suite engine)"][i:i + 2], 16) / 255 for i in (1, 3, 5)))
+
+
+def test_no_pareto_figure_for_one_method(tmp_path: Path) -> None:
+    from bench.report.figures import pareto_figure
+
+    suite = load_suite(write_suite(tmp_path, methods=("grpo_engine", "control")))  # the control arm is no trade-off
+    assert pareto_figure(suite, tmp_path / "figures") is None

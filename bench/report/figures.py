@@ -31,7 +31,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from bench.report import dynamics, fmt, reward_check, tables
+from bench.report import dynamics, fmt, pareto, reward_check, tables
 from bench.report import phases as phase_times
 from bench.report.labels import metric_label
 from bench.report.load import Suite
@@ -748,6 +748,31 @@ def reward_model_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
                             f"it {verdict} (lower bound above 50% and above the untrained head).")
 
 
+def pareto_figure(suite: Suite, out_dir: Path) -> FigureInfo | None:
+    """Accuracy (headline mode) against peak memory and against wall time, seeds as points and each method's mean
+    marked (bench.report.pareto); None unless at least two methods other than the control have ok runs with
+    accuracy."""
+    frame = pareto.pareto_frame(suite)
+    if frame["label"].nunique() < 2:
+        return None
+    source = pareto.memory_source(frame)
+    same_source = frame[frame["memory_source"] == source] if source else frame.iloc[0:0]
+    colors = method_colors(suite)
+    fig, axes = _new(11.0, 4.5, ncols=2)
+    memory_ax, time_ax = axes[0]
+    on_memory = pareto.draw_panel(memory_ax, same_source, "peak_memory_bytes", fmt.MIB, colors)
+    on_time = pareto.draw_panel(time_ax, frame, "wall_s", 1.0, colors)
+    memory_ax.set_xlabel(f"peak memory (MiB, source: {source or 'none recorded'})")
+    time_ax.set_xlabel("wall time of the run (s)")
+    for ax in (memory_ax, time_ax):
+        ax.set_ylabel(f"accuracy after training (%, {suite.headline_mode})")
+    memory_ax.set_title("accuracy against peak memory")
+    time_ax.set_title("accuracy against wall time")
+    time_ax.legend(fontsize=7, loc="best")
+    name = _save(fig, out_dir, pareto.NAME)
+    return FigureInfo(name, pareto.caption(suite, frame, source, on_memory, on_time))
+
+
 def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     """Draw every figure there is data for into ``out_dir``; returns them in page order."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -764,5 +789,6 @@ def build_figures(suite: Suite, out_dir: Path) -> list[FigureInfo]:
     ]
     from bench.report.scaling import scaling_figures
 
+    figures.append(pareto_figure(suite, out_dir))  # accuracy against memory and time: two methods or more
     figures += scaling_figures(suite, out_dir)  # sweep runs only: memory vs size, time vs G and length
     return [f for f in figures if f is not None]
