@@ -26,11 +26,14 @@ def _trl_recipes() -> dict[str, object]:
 
 
 def _engine_log_keys(tmp_path, model_dirs) -> dict[str, set[str]]:  # noqa: F811 (the fixture's value)
-    """The keys the suite engine logs in one step, per method: PPO (reward model, every PPO key) and GRPO."""
-    from baselines import grpo_engine, ppo
+    """The keys the suite engine logs in one step, per method: PPO (reward model, every PPO key), GRPO and DAPO
+    (GRPO's successor with every extra key: dynamic sampling's and the overlong penalty's)."""
+    from baselines import grpo_engine, grpo_family, ppo
+    from bench.config.registry import default_config
 
     runs = {"ppo": (ppo, ppo.Config(reward="model")),
-            "grpo_engine": (grpo_engine, grpo_engine.Config(missing_eos_penalty=1.0))}
+            "grpo_engine": (grpo_engine, grpo_engine.Config(missing_eos_penalty=1.0)),
+            "dapo": (grpo_family, default_config("dapo"))}
     keys = {}
     for name, (recipe, config) in runs.items():
         (tmp_path / name).mkdir()
