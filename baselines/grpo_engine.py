@@ -16,13 +16,14 @@ batch. ``ppo_verifier`` vs ``grpo_engine`` then isolates the critic and the adva
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
 from baselines import rl_math as M
 from baselines.common import matched_kl_coef, require_groups
 from baselines.engine_config import EngineConfig, engine_description, validate_engine
+from baselines.engine_rollout import Rollout
 from baselines.rollout_engine import Engine
 from bench.execution.context import RunContext, TrainOutcome
 
@@ -122,24 +123,59 @@ def grpo_step(engine: Engine, cfg: Config, step: int) -> dict[str, float]:
             ref_logp = engine.rollout_logprobs(engine.reference, batch)
     with tel.phase("advantage"), torch.no_grad():  # its own phase: the claim that it is negligible is measured
         advantages = M.group_advantages(scores, spec.train.group_size, ADVANTAGE_EPS, cfg.advantage_std)
-    with tel.phase("update"), torch.no_grad():
+
+    def token_loss(rows: torch.Tensor, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return grpo_token_loss(logp, old, ref, advantages[rows], cfg.cliprange, kl_coef, cfg.kl_bias_correction,
+                               engine.importance_weights(batch, rows, old))
+
+    logs.update(policy_update(engine, cfg, batch, ref_logp, token_loss))
+    return logs
+
+
+TokenLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"],
+                     tuple[torch.Tensor, dict[str, torch.Tensor]]]
+"""(rows (m,), logp (m, T), old_logp (m, T), ref_logp (m, T) or None) -> per-token loss (m, T) and detached
+per-token stats (m, T) of the minibatch's rows."""
+
+
+def policy_update(engine: Engine, cfg: Config, batch: Rollout, ref_logp: torch.Tensor | None,
+                  token_loss: TokenLoss) -> dict[str, float]:
+    """The update phase of every critic-free method on the engine (GRPO and its successors): the old log-probs,
+    then ``engine.optimise`` on ``token_loss`` aggregated as ``cfg.loss_type`` says.
+
+    Returns the loss (as minimised), and every stat as a token mean under the loss's own weights divided by their
+    sum (so Dr. GRPO's constant normaliser does not shrink its logged entropy or ratio), pooled over the
+    optimizer steps; with a ``ratio`` stat also ``ratio_std``, the spread of the importance ratios the losses
+    saw (token ratios, or GSPO's sequence ratio on each of its tokens); ``kl`` 0 without a reference.
+    """
+    with engine.ctx.telemetry.phase("update"), torch.no_grad():
         # With one update per rollout the policy has not moved when the loss is computed, so the rollout
         # log-probs equal the update forward's detached ones (no dropout, same weights): skip that forward.
         single_update = cfg.ppo_epochs * cfg.minibatches == 1
         old_logp = None if single_update else engine.rollout_logprobs(engine.actor, batch)
+    averaged: set[str] = set()
 
     def loss_fn(rows: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logp, entropy = engine.logprobs(engine.actor, batch, rows, with_entropy=True)
         old = logp.detach() if old_logp is None else old_logp[rows]
         ref = None if ref_logp is None else ref_logp[rows]
-        per_token, stats = grpo_token_loss(logp, old, ref, advantages[rows], cfg.cliprange, kl_coef,
-                                           cfg.kl_bias_correction, engine.importance_weights(batch, rows, old))
+        per_token, stats = token_loss(rows, logp, old, ref)
+        stats = {"entropy": entropy.detach(), **stats}
+        if "ratio" in stats:  # about 1: its square taken about 1, else float32 cancels the spread away
+            stats["ratio_dev_sq"] = (stats["ratio"].double() - 1) ** 2
+        averaged.update(stats)
         loss = (per_token * weights).sum()
-        return loss, {"loss": loss, "entropy": (entropy * weights).sum(),
+        return loss, {"loss": loss, "loss_weight": weights.sum(),
                       **{name: (v * weights).sum() for name, v in stats.items()}}
 
-    with tel.phase("update"):
-        logs.update(engine.optimise(batch, loss_fn, M.TRL_LOSS_AGGREGATION[cfg.loss_type]))
+    with engine.ctx.telemetry.phase("update"):
+        logs = engine.optimise(batch, loss_fn, M.TRL_LOSS_AGGREGATION[cfg.loss_type])
+    total = logs.pop("loss_weight")
+    for name in averaged:
+        logs[name] /= total
+    if "ratio_dev_sq" in logs:
+        logs["ratio_std"] = max(logs.pop("ratio_dev_sq") - (logs["ratio"] - 1) ** 2, 0.0) ** 0.5
     logs.setdefault("kl", 0.0)
     return logs
 

@@ -268,23 +268,13 @@ def family_step(engine: Engine, cfg: Config, step: int, state: dict[str, int]) -
             ref_logp = engine.rollout_logprobs(engine.reference, batch)
     with tel.phase("advantage"), torch.no_grad():
         advantages = advantages_of(engine, cfg, batch, scores, ref_logp, kl_coef)
-    with tel.phase("update"), torch.no_grad():
-        single_update = cfg.ppo_epochs * cfg.minibatches == 1
-        old_logp = None if single_update else engine.rollout_logprobs(engine.actor, batch)
 
-    def loss_fn(rows: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        logp, entropy = engine.logprobs(engine.actor, batch, rows, with_entropy=True)
-        old = logp.detach() if old_logp is None else old_logp[rows]
-        ref = None if ref_logp is None else ref_logp[rows]
-        per_token, stats = token_loss(cfg, logp, old, ref, batch.mask[rows], advantages[rows], kl_coef,
-                                      engine.importance_weights(batch, rows, old))
-        loss = (per_token * weights).sum()
-        return loss, {"loss": loss, "entropy": (entropy * weights).sum(),
-                      **{name: (v * weights).sum() for name, v in stats.items()}}
+    def per_token(rows: torch.Tensor, logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return token_loss(cfg, logp, old, ref, batch.mask[rows], advantages[rows], kl_coef,
+                          engine.importance_weights(batch, rows, old))
 
-    with tel.phase("update"):
-        logs.update(engine.optimise(batch, loss_fn, M.TRL_LOSS_AGGREGATION[cfg.loss_type]))
-    logs.setdefault("kl", 0.0)
+    logs.update(grpo_engine.policy_update(engine, cfg, batch, ref_logp, per_token))
     return logs
 
 

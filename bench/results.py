@@ -275,6 +275,9 @@ METRIC_NAMES: dict[str, Metric] = {
     "approx_kl": Metric("mean 0.5 x (log p - log p_old)^2 per token: how far the update moved the policy from "
                         "the rollout policy", "nats per token"),
     "ratio": Metric("mean policy ratio exp(log p - log p_old) per token (1: the rollout policy)", "ratio"),
+    "ratio_std": Metric("spread (population std) of the importance ratios the update's losses saw, under the loss's "
+                        "token weights, pooled over the step's optimizer steps (GSPO: its sequence ratio on each "
+                        "token; 0 with one update per rollout)", "ratio"),
     "learning_rate": Metric("the actor's learning rate at the step", "per optimizer step (AdamW lr)"),
     "grad_norm": Metric("L2 norm of the actor's gradient before clipping at train.max_grad_norm (TRL and the "
                         "engine: the value clip_grad_norm_ returns)", "gradient L2 norm"),

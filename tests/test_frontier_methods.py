@@ -121,6 +121,80 @@ def test_dapo_counts_every_completion_it_draws(tmp_path, model_dirs, monkeypatch
     assert outcome.settings["max_extra_rounds"] == 3 and outcome.settings["dynamic_sampling"] is True
 
 
+def _one_step_with(name: str, tmp_path: Path, model_dirs, monkeypatch, **settings):  # noqa: F811
+    """One step of ``name`` with ``settings`` over its registry defaults, its verifier replaced by scores that
+    differ within every group (the fixture's random model earns none, so nothing would move); returns the point."""
+    original = StepPieces.verify
+
+    def spread_scores(self, batch):
+        scores, logs = original(self, batch)
+        return torch.arange(len(batch), dtype=scores.dtype) % G / G, logs
+
+    monkeypatch.setattr(StepPieces, "verify", spread_scores)
+    recipe = grpo_engine if name == "grpo_engine" else grpo_family
+    config = recipe.Config(**{**registry.METHODS[name].defaults, **settings})
+    ctx = _context(tmp_path, model_dirs, name, config)
+    ctx.spec.train.steps = 1
+    (point,) = recipe.train(ctx).log_history
+    return point
+
+
+@pytest.mark.parametrize("name", ["grpo_engine", "gspo", "cispo"])
+def test_ratio_spread_is_logged_and_zero_until_the_policy_moves(name, tmp_path, model_dirs, monkeypatch):  # noqa: F811
+    still = _one_step_with(name, tmp_path / "one", model_dirs, monkeypatch)  # one update per rollout: ratios all 1
+    assert still["ratio"] == pytest.approx(1.0, abs=1e-6) and still["ratio_std"] == pytest.approx(0.0, abs=1e-6)
+    moved = _one_step_with(name, tmp_path / "two", model_dirs, monkeypatch, minibatches=2)  # 2nd sees a new policy
+    assert moved["ratio_std"] > 1e-4
+
+
+class _Batch:
+    """The one member of a Rollout that policy_update reads besides its length."""
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        self.mask = mask
+
+    def __len__(self) -> int:
+        return len(self.mask)
+
+
+class _Engine:
+    """The members of the engine policy_update calls; optimise makes one pass over the whole batch."""
+
+    def __init__(self, entropy: torch.Tensor) -> None:
+        from test_rollout_engine import FakeTelemetry
+
+        self.entropy, self.actor = entropy, "actor"
+        self.ctx = type("Ctx", (), {"telemetry": FakeTelemetry()})()
+
+    def logprobs(self, actor, batch, rows, with_entropy):
+        return torch.zeros(len(rows), batch.mask.shape[1], requires_grad=True), self.entropy[rows]
+
+    def optimise(self, batch, loss_fn, aggregation):
+        weights = M.loss_weights(batch.mask, aggregation, batch.mask.shape[1])
+        _, stats = loss_fn(torch.arange(len(batch)), weights)
+        return {**{name: float(v.detach()) for name, v in stats.items()}, "learning_rate": 0.0, "grad_norm": 0.0}
+
+
+@pytest.mark.parametrize("loss_type", ["dr_grpo", "dapo"])
+def test_logged_stats_are_token_means_whatever_the_normaliser(loss_type) -> None:
+    """Dr. GRPO divides its loss by batch x max length, so its weights sum to mean length / max length; the logged
+    entropy and ratio are still token means, and ratio_std the tokens' population std of the ratios."""
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    entropy = torch.tensor([[1.0, 2, 3, 4], [5, 6, 9, 9], [7, 9, 9, 9]])
+    ratio = torch.tensor([[1.0, 1.1, 0.9, 1.2], [0.8, 1.0, 9, 9], [1.3, 9, 9, 9]])
+    cfg = grpo_engine.Config(loss_type=loss_type)
+
+    def token_loss(rows, logp, old, ref):
+        return logp * 0, {"ratio": ratio[rows]}
+
+    logs = grpo_engine.policy_update(_Engine(entropy), cfg, _Batch(mask), None, token_loss)
+    real = ratio[mask].double()
+    assert logs["entropy"] == pytest.approx(entropy[mask].mean().item(), rel=1e-6)  # 37 / 7, not 37 / 12
+    assert logs["ratio"] == pytest.approx(real.mean().item(), rel=1e-6)
+    assert logs["ratio_std"] == pytest.approx(real.std(unbiased=False).item(), rel=1e-5)
+    assert logs["kl"] == 0.0 and "ratio_dev_sq" not in logs and "loss_weight" not in logs
+
+
 def test_select_and_join_keeps_rows_and_pads_to_the_widest() -> None:
     from baselines.engine_rollout import Rollout, select_and_join
 

@@ -111,17 +111,17 @@ SUCCESSORS = ("grpo_engine", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp")
 
 
 def test_successor_claims_true(tmp_path: Path) -> None:
-    from bench.report.claims import BY_CONSTRUCTION, NOT_MEASURED, SUPPORTED
+    from bench.report.claims import BY_CONSTRUCTION, SUPPORTED
 
     found = claim_verdicts(write_suite(tmp_path, methods=SUCCESSORS, seeds=(0, 1),
-                                       edit=successors_edit(True, True, True)))
+                                       edit=successors_edit(True, True, True, spread=True)))
     text, verdict = found["dr-grpo-shorter-incorrect"]
     assert verdict == SUPPORTED and "Dr. GRPO (suite engine) 30.0 (seeds 0, 1)" in text and "50.0 tokens" in text
     assert "below on 2 of 2 common seed(s)" in text and "zero spread" in text
     text, verdict = found["dapo-entropy-higher"]
     assert verdict == SUPPORTED and "DAPO (suite engine) 1.025" in text and "0.825" in text  # last fifth: 0.825
-    text, verdict = found["gspo-ratio-spread"]  # no run logs the ratios' spread: never a guess
-    assert verdict == NOT_MEASURED and "not their spread" in text
+    text, verdict = found["gspo-ratio-spread"]
+    assert verdict == SUPPORTED and "GSPO (suite engine) 0.100" in text and "0.300" in text
     text, verdict = found["critic-free-successors-networks"]
     assert verdict == BY_CONSTRUCTION and "RLOO (suite engine): 2 (actor, reference)" in text
     assert "REINFORCE++ (suite engine): 2" in text
@@ -137,7 +137,7 @@ def test_successor_claims_false(tmp_path: Path) -> None:
     assert "below on 0 of 2" in text
     text, verdict = found["dapo-entropy-higher"]
     assert verdict == NOT_SUPPORTED and "DAPO (suite engine) 0.625" in text
-    text, verdict = found["gspo-ratio-spread"]  # were the spread logged, the rule would judge it
+    text, verdict = found["gspo-ratio-spread"]
     assert verdict == NOT_SUPPORTED and "GSPO (suite engine) 0.300" in text
     text, verdict = found["critic-free-successors-networks"]
     assert verdict == NOT_BY_CONSTRUCTION and "RLOO (suite engine): 3 (actor, reference, critic)" in text
@@ -154,6 +154,10 @@ def test_successor_claims_not_measured(tmp_path: Path) -> None:
     found = claim_verdicts(write_suite(tmp_path, methods=("grpo_engine", "dr_grpo"), name="no-tokens"))
     text, verdict = found["dr-grpo-shorter-incorrect"]
     assert verdict == NOT_MEASURED and "no token counts" in text
+    # GSPO ran, but no curve holds the ratios' spread (a run from before the engine logged it): never a guess.
+    found = claim_verdicts(write_suite(tmp_path, methods=("grpo_engine", "gspo"), name="no-spread"))
+    text, verdict = found["gspo-ratio-spread"]
+    assert verdict == NOT_MEASURED and "no ratio_std curve" in text
 
 
 # --- the Pareto figure ------------------------------------------------------------------------------------
