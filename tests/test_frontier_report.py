@@ -160,6 +160,64 @@ def test_successor_claims_not_measured(tmp_path: Path) -> None:
     assert verdict == NOT_MEASURED and "no ratio_std curve" in text
 
 
+# --- accuracy for what it cost, and DAPO's extra generation ------------------------------------------------
+def _spending(res: dict[str, Any]) -> None:
+    """GRPO: 12,800 completions of 20 tokens in 50 s; DAPO: 640 more on seed 0, 1,280 on seed 1 (2 and 4 rounds)."""
+    extra = {"dapo": 640 * (1 + res["seed"])}.get(res["method"], 0)
+    res["throughput"].update(completions=12_800 + extra, generated_tokens=20 * (12_800 + extra), train_s=50.0,
+                             steps=100)
+    if extra:
+        res["metrics"].update(extra_generation_rounds=2 * (1 + res["seed"]), extra_completions=extra)
+
+
+@pytest.fixture(scope="module")
+def spending_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    after = {"grpo_engine": (156, 160), "dapo": (172, 172)}
+
+    def edit(res: dict[str, Any]) -> None:
+        set_accuracy(after)(res)
+        if res["status"] == "ok" and res["method"] != "dpo":
+            _spending(res)
+    return write_suite(tmp_path_factory.mktemp("spending"), methods=("grpo_engine", "dapo", "dpo", "control"),
+                       seeds=(0, 1), edit=edit)
+
+
+def test_gain_per_step_token_and_hour(spending_suite: Path) -> None:
+    from bench.report.efficiency import efficiency_table
+
+    table = efficiency_table(load_suite(spending_suite))
+    rows = {r[0]: r for r in table.rows}
+    assert set(rows) == {"GRPO (suite engine)", "DAPO (suite engine)"}  # DPO generates nothing; control: a check
+    grpo, dapo = rows["GRPO (suite engine)"], rows["DAPO (suite engine)"]
+    # GRPO: (158 - 100) / 400 = +14.5 pp over 100 steps, 256,000 tokens, 50 s.
+    assert grpo[1:] == ["0, 1", "+14.5", "100", "12,800", "256,000", "50", "+14.5", "+56.6", "+1,044"]
+    # DAPO: +18.0 pp; its extra rounds count: (13,440 + 14,080) / 2 = 13,760 completions, 275,200 tokens.
+    assert dapo[1:] == ["0, 1", "+18.0", "100", "13,760", "275,200", "50", "+18.0", "+65.4", "+1,296"]
+    assert any("ratio of means" in n for n in table.notes)
+
+
+def test_extra_generation_is_the_first_difference(spending_suite: Path) -> None:
+    from bench.report.tables import EXTRA_GENERATION, NOT_RECORDED, what_differs
+
+    header, rows = what_differs(load_suite(spending_suite))
+    assert rows[0][0] == EXTRA_GENERATION
+    drawn = dict(zip(header[1:], rows[0][1:]))
+    assert drawn["DAPO (suite engine)"] == ("seed 0: 2 rounds, +640 completions (+5.0% over the matched batch); "
+                                           "seed 1: 4 rounds, +1,280 completions (+10.0% over the matched batch)")
+    assert drawn["GRPO (suite engine)"] == NOT_RECORDED
+    markdown = summary_markdown(load_suite(spending_suite))
+    assert "## Accuracy for what it cost" in markdown and EXTRA_GENERATION in markdown
+
+
+def test_no_cost_table_with_one_online_method(tmp_path: Path) -> None:
+    from bench.report.efficiency import efficiency_table
+    from bench.report.tables import EXTRA_GENERATION, what_differs
+
+    suite = load_suite(write_suite(tmp_path, methods=("grpo_engine", "dpo")))
+    assert efficiency_table(suite).rows == []
+    assert all(row[0] != EXTRA_GENERATION for row in what_differs(suite)[1])
+
+
 # --- the Pareto figure ------------------------------------------------------------------------------------
 def test_pareto_figure_drawn(ladder_suite: Path, tmp_path: Path, drawn: dict[str, Any]) -> None:
     from bench.report.figures import method_colors

@@ -146,7 +146,8 @@ KNOWN_DETAIL = ("seeds", "networks", "throughput", "lengths", "generation", "mem
 
 
 TITLES = {"per_seed": "Accuracy per seed", "seed_tests": "Seed-level tests",
-          "ladder": "Ablation ladder (GRPO's successors)", "start_tests":
+          "ladder": "Ablation ladder (GRPO's successors)", "efficiency": "Accuracy for what it cost",
+          "start_tests":
           "Against the starting checkpoint", "reward_model": "Reward model: what PPO (reward model) trains against",
           "control": "Control arm (lr 0)",
           "anchors": "Published anchors (external)", "overoptimisation": "Reward over-optimisation (PPO, reward model)",

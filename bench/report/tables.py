@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.scoring import stats
-from bench.report import (anchors, datachecks, dynamics, fmt, ladder, networks, ranks, reward_check, seeds, settings,
-                          throughput)
+from bench.report import (anchors, datachecks, dynamics, efficiency, fmt, ladder, networks, ranks, reward_check, seeds,
+                          settings, throughput)
 from bench.report.load import Run, Suite, results_frame
 from bench.report.records import label_as_run
 
@@ -122,7 +122,31 @@ def what_differs(suite: Suite) -> tuple[list[str], list[list[str]]]:
 
     keys.sort(key=lambda k: not differs(k))  # stable: keeps recorded order within each group
     rows = [[key] + [cell(lbl, key) for lbl in labels] for key in keys]
+    drawn = extra_generation(suite)
+    if drawn:  # measured, not set: first, since it is what the matched budget did not match
+        rows.insert(0, [EXTRA_GENERATION] + [drawn.get(lbl, NOT_RECORDED) for lbl in labels])
     return ["setting", *labels], rows
+
+
+EXTRA_GENERATION = "extra generation drawn (measured, per seed)"
+"""The "what differs" row of DAPO's dynamic sampling: what it generated beyond the matched batch."""
+
+
+def extra_generation(suite: Suite) -> dict[str, str]:
+    """Label -> 'seed 0: 12 rounds, +768 completions (+6.0%); seed 1: ...' for each method whose runs recorded
+    extra generation rounds (result.json metrics: DAPO's dynamic sampling); empty when none did."""
+    out: dict[str, list[str]] = {}
+    for run in suite.methods:
+        metrics = run.result.get("metrics") or {}
+        rounds, extra = fmt.num(metrics.get("extra_generation_rounds")), fmt.num(metrics.get("extra_completions"))
+        if rounds is None:
+            continue
+        total = fmt.throughput(run, "completions")
+        share = f" (+{100 * extra / (total - extra):.1f}% over the matched batch)" if (
+            extra is not None and total and total > extra) else ""
+        text = f"{int(rounds):,} rounds" + ("" if extra is None else f", +{int(extra):,} completions{share}")
+        out.setdefault(run.label, []).append(f"seed {run.result.get('seed')}: {text}")
+    return {label: "; ".join(parts) for label, parts in out.items()}
 
 
 def verdict_map(run: Run, mode: str) -> dict[Any, bool]:
@@ -603,6 +627,8 @@ INTROS = {
     "seed_tests": "Methods compared at the seed level (paired t-test over seeds), beside the per-question tests.",
     "ladder": "GRPO's successors as an ablation ladder: each rung's accuracy change against the rung before it "
               "(paired t-test over seeds, Holm-adjusted over the ladder's rungs).",
+    "efficiency": "Each method's accuracy gain for what it spent: per optimizer step, per generated token and per "
+                  "hour of training (DAPO's extra generation counted against it).",
     "start_tests": "Every method against the checkpoint it started from, on the same questions (McNemar, Holm).",
     "reward_model": "How well the learned reward model ranks held-out pairs: the signal PPO (reward model) trains on.",
     "control": "The control arm (learning rate 0): a check on the pipeline itself.",
@@ -629,9 +655,10 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
     """Every detail table by section key (see :data:`INTROS`); empty ones included (a page leaves them out).
 
     After the first five (across seeds, networks, throughput, lengths, generation) come the statistics tables:
-    per-seed values, the seed-level t-tests, each method against its start, the reward model's held-out accuracy, the
-    control arm's check and the published anchors; then what training did (bench.report.dynamics: reward
-    over-optimisation, training dynamics, the final evaluation's monitors). The between-method McNemar table is
+    per-seed values, the seed-level t-tests, the ablation ladder and what each gain cost, each method against its
+    start, the reward model's held-out accuracy, the control arm's check and the published anchors; then what
+    training did (bench.report.dynamics: reward over-optimisation, training dynamics, the final evaluation's
+    monitors). The between-method McNemar table is
     :func:`paired_tests_table` (placed by the page beside these). Memory per rank and the generation backend
     (bench.report.ranks; empty without a multi-process run / without vLLM) are placed by the page beside the
     per-phase memory.
@@ -645,6 +672,7 @@ def detail_tables(suite: Suite) -> dict[str, fmt.Table]:
         "per_seed": seeds.per_seed_table(suite),
         "seed_tests": seeds.seed_tests_table(suite),
         "ladder": ladder.ladder_table(suite),
+        "efficiency": efficiency.efficiency_table(suite),
         "start_tests": start_tests_table(suite),
         "reward_model": reward_model_table(suite),
         "overoptimisation": dynamics.overoptimisation_table(suite),
