@@ -17,9 +17,10 @@ SUBSET_PRESETS = {  # presets that run some methods only, and why (each says so 
     "systems-gpu": "a sweep to 7B on one GPU: the methods whose memory differs",
     "smollm2-synthetic-cpu": "a real model's result in an hour on 2 cores: GRPO, DPO and the control arm",
     "frontier-cpu": "GRPO's successors beside GRPO (suite engine), PPO (verifier) and the control arm",
+    "gsm8k-qwen0.5b-frontier": "the same methods as frontier-cpu on gsm8k-qwen0.5b's model, task and budget",
 }
 FRONTIER = ("rloo", "reinforce_pp", "dr_grpo", "dapo", "gspo", "cispo", "sapo")
-"""GRPO's successors: off by default, so a preset runs them only where it names them (frontier-cpu)."""
+"""GRPO's successors: off by default, so a preset runs them only where it names them (the frontier presets)."""
 
 
 def test_shipped_presets_validate() -> None:
@@ -35,8 +36,14 @@ def test_shipped_presets_validate() -> None:
             assert set(spec.enabled_methods()) < set(METHODS) and spec.enabled_methods(), name
         else:
             assert spec.enabled_methods() == expected, name
-    frontier = load_spec("frontier-cpu").enabled_methods()
-    assert set(FRONTIER) | {"grpo_engine", "ppo_verifier", "control"} == set(frontier), frontier
+    for name in ("frontier-cpu", "gsm8k-qwen0.5b-frontier"):
+        spec = load_spec(name)
+        assert set(FRONTIER) | {"grpo_engine", "ppo_verifier", "control"} == set(spec.enabled_methods()), name
+        # At least two optimizer steps per rollout for every method alike: with one, every ratio is 1.
+        assert {spec.methods[m].ppo_epochs * spec.methods[m].minibatches for m in spec.enabled_methods()} == {2}
+    gpu, base = load_spec("gsm8k-qwen0.5b-frontier"), load_spec("gsm8k-qwen0.5b")
+    assert (gpu.model, gpu.task, gpu.generation, gpu.train, gpu.eval) == (base.model, base.task, base.generation,
+                                                                          base.train, base.eval)
 
 
 def test_overrides_are_typed_and_applied() -> None:
@@ -161,7 +168,7 @@ def test_only_the_gpu_gsm8k_presets_use_vllm_and_the_keys_survive_the_worker_cop
     from bench.config import rules
     from bench.config.loading import load_spec_dict
 
-    vllm = {"gsm8k-qwen0.5b", "gsm8k-qwen0.5b-lora"}
+    vllm = {"gsm8k-qwen0.5b", "gsm8k-qwen0.5b-lora", "gsm8k-qwen0.5b-frontier"}
     for name in preset_names():
         assert load_spec(name).generation.backend == ("vllm" if name in vllm else "transformers"), name
     monkeypatch.setattr(rules, "vllm_installed", lambda: True)

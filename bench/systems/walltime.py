@@ -103,6 +103,9 @@ WORK_ASSUMPTIONS = (
     "sample of the prompt)",
     "causal attention reads half the sequence on average; with train.lora, adapters on every linear layer; a "
     "launched run's phases divide by its processes (no communication)",
+    "DAPO's dynamic sampling at the matched batch: each extra round it draws (at most max_extra_rounds a step) adds "
+    "generation and scoring not counted here, so its generation and reward are lower bounds, at most "
+    "(1 + max_extra_rounds)x these",
 )
 
 
