@@ -91,6 +91,7 @@ def test_memory_sizes_parse(text, expected):
     (["--model", "qwen2.5-7b", "--method", "ppo", "dtype=fp8"], "float32 or bfloat16"),
     (["--model", "qwen2.5-7b", "--method", "ppo", "group_size"], "not key=value"),
     (["--method", "ppo"], "required: --model"),
+    (["--model", "qwen2.5-7b", "--method", "dappo"], "unknown method 'dappo' (did you mean 'dapo'?)"),
     (["--model", "qwen2.5-7b", "--method", "ppo", "--zero-stage", "4"], "invalid choice: 4"),
     (["--model", "qwen2.5-7b", "--method", "ppo", "--gpus", "0"], "--gpus must be between 1 and 4096"),
     (["--model", "qwen2.5-7b", "--method", "ppo", "--gpus", "eight"], "invalid int value"),
@@ -107,6 +108,27 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert words in err
+
+
+FRONTIER = ("rloo", "reinforce_pp", "dr_grpo", "dapo", "gspo", "cispo", "sapo")
+
+
+@pytest.mark.parametrize("method", FRONTIER)
+def test_grpos_successors_are_estimated_with_the_networks_their_recipe_keeps(method, capsys):
+    """Each successor is the engine GRPO's networks and phases under another loss: its answer is grpo_engine's,
+    without the reference where its KL is off, and the networks are those the recipe itself holds."""
+    from baselines import grpo_family
+    from bench.config.loading import load_spec
+
+    code, out, _ = run(capsys, "--model", "qwen2.5-0.5b", "--method", method, "--json")
+    data = json.loads(out)
+    spec = load_spec("gsm8k-qwen0.5b", [f"methods.{method}.enabled=true"])
+    assert code == 0 and data["method"] == method
+    assert set(data["networks"]) == set(grpo_family.networks(spec, spec.methods[method]))
+    beta = ["kl_beta=0"] if "reference" not in data["networks"] else []
+    _, same, _ = run(capsys, "--model", "qwen2.5-0.5b", "--method", "grpo_engine", "--json", *beta)
+    assert data["peak_bytes"] == json.loads(same)["peak_bytes"]
+    assert any(f"{method} is modelled as grpo_engine" in note for note in data["notes"])
 
 
 def test_the_command_answers_fast_without_torch():

@@ -219,9 +219,48 @@ def load_shape(model: str) -> dict[str, Any]:
         raise UserError(f"--model: {exc}") from None
 
 
+def modelled_method(method: str) -> tuple[str, float | None]:
+    """(the method of METHOD_ROLES a registered method's memory is modelled as, its KL coefficient where that differs
+    from the preset's), from the registry alone (torch-free). GRPO's successors (baselines/grpo_family.py) are the
+    engine GRPO's networks and phases with other losses: ``grpo_engine``, without a reference where their defaults
+    switch the KL off (DAPO, GSPO). Unknown names raise UserError with the closest known one."""
+    from bench.config import registry
+
+    if method in METHOD_ROLES:
+        return method, None
+    entry = registry.METHODS.get(method)
+    if entry is not None and entry.module == "baselines.grpo_family":
+        return "grpo_engine", 0.0 if entry.defaults.get("kl") == "none" else None
+    known = [*METHOD_ROLES, *successor_names(), ALL]
+    close = difflib.get_close_matches(method, known, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise UserError(f"unknown method '{method}'{hint}; use one of {', '.join(known[:-1])} or {ALL}")
+
+
+def successor_names() -> list[str]:
+    """GRPO's successors in registry order (estimated as the engine GRPO: :func:`modelled_method`)."""
+    from bench.config import registry
+
+    return [name for name, entry in registry.METHODS.items() if entry.module == "baselines.grpo_family"]
+
+
+def predict_method(fields: dict[str, Any], method: str, settings: Settings, model: str,
+                   layout: Layout | None) -> Prediction:
+    """:func:`predict` for any estimable method: a successor is predicted as the method it is modelled as, renamed,
+    with a note saying so."""
+    like, beta = modelled_method(method)
+    own = settings if beta is None else dataclasses.replace(settings, kl_beta=beta)
+    prediction = predict(fields, like, own, model=model, layout=layout)
+    if like != method:
+        prediction.method = method
+        prediction.notes.append(f"{method} is modelled as {like} (the same engine, networks and phases; another loss)"
+                                + (": no reference, its KL is off" if beta == 0 else ""))
+    return prediction
+
+
 def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
     """`bench estimate`'s arguments (bench/cli.py adds the subcommand with these)."""
-    methods = ", ".join(METHOD_ROLES)
+    methods = ", ".join([*METHOD_ROLES, *successor_names()])
 
     def one_line_error(message: str) -> NoReturn:
         # argparse prints the usage block; a mistake here is one line (exit 2) like every other user error.
@@ -285,21 +324,17 @@ def run_estimate(args: argparse.Namespace) -> int:
         raise UserError(f"the following arguments are required: {', '.join(missing)} (or --time --preset PRESET "
                         f"--gpu-type TYPE for the wall-time projection); see bench estimate --help")
     methods = list(METHOD_ROLES) if args.method == ALL else [args.method]
-    for method in methods:
-        if method not in METHOD_ROLES:
-            close = difflib.get_close_matches(method, [*METHOD_ROLES, ALL], n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise UserError(f"unknown method '{method}'{hint}; use one of {', '.join(METHOD_ROLES)} or {ALL}")
+    engine_methods = [m for m in methods if modelled_method(m)[0] in ENGINE_METHODS]
     gpu_memory = parse_memory(args.gpu_memory)
     layout = parse_layout(args.zero_stage, args.gpus, args.offload, getattr(args, "what_if", False))
-    if layout is not None and layout.what_if_engine and any(m not in ENGINE_METHODS for m in methods):
+    if layout is not None and layout.what_if_engine and len(engine_methods) < len(methods):
         raise UserError(f"--what-if is the suite engine's ({', '.join(ENGINE_METHODS)}); TRL's trainers shard their "
                         f"frozen networks under ZeRO-3 already: use --zero-stage 3")
     fields = load_shape(args.model)
     settings = with_backend_flags(parse_settings(args.settings, gpu_memory), getattr(args, "backend", None),
                                   getattr(args, "vllm_gpu_memory_utilization", None))
     try:
-        predictions = [predict(fields, m, settings, model=args.model, layout=layout) for m in methods]
+        predictions = [predict_method(fields, m, settings, args.model, layout) for m in methods]
     except (KeyError, TypeError, ZeroDivisionError) as exc:
         raise UserError(f"--model '{args.model}' lacks a shape field ({exc}); it needs hidden_size, "
                         f"intermediate_size, num_hidden_layers, num_attention_heads and vocab_size") from None
@@ -429,7 +464,7 @@ def format_gpu_counts(p: Prediction, why: str) -> list[str]:
     for name in LAYOUT_LABELS:
         count, memory = p.gpus.get(name), p.gpus_memory.get(name)
         if count is None or memory is None:
-            never = ENGINE_NEVER if p.method in ENGINE_METHODS else NEVER
+            never = ENGINE_NEVER if modelled_method(p.method)[0] in ENGINE_METHODS else NEVER
             answer = f"never ({why})" if name == "dp" else f"never ({never[name]})"
         else:
             answer = f"{count:>4}   peak {size(memory.peak_bytes)} in {memory.peak_phase}"
