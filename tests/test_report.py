@@ -845,7 +845,7 @@ def test_a_reward_model_at_chance_is_said_plainly_and_flags_its_arm_everywhere(t
                               "held-out pairs (untrained head: 50.0%) right, not distinguishable from chance "
                               "(n = 200); so the accuracy of every method trained against it, marked 'reward model "
                               "did not learn', measures what an uninformative reward does, not what the method "
-                              "can do."]
+                              "can do.", FEW_PAIRS.format(n=200, width=13.7)]
     loaded = load_suite(suite)
     flagged = {r.label for r in loaded.methods if r.result.get("method") == "ppo"}
     assert flagged == {"PPO (reward model) [reward model did not learn]"}
@@ -875,8 +875,27 @@ def test_a_reward_model_that_learned_has_no_warning_and_no_flag(stats_suite: Pat
     from bench.report.tables import reward_model_table
 
     table = reward_model_table(load_suite(stats_suite))  # 124/200: Wilson low = 0.551 > 0.5 and > 0.5 untrained
-    assert table.rows[0][2] == "62.0% [55.1, 68.4]" and table.rows[0][-1] == "yes" and table.warnings == []
+    assert table.rows[0][2] == "62.0% [55.1, 68.4]" and table.rows[0][-1] == "yes"
+    assert table.warnings == [FEW_PAIRS.format(n=200, width=13.3)]  # learned, but on fewer pairs than the suite asks
     assert {r.label for r in load_suite(stats_suite).methods} == {"GRPO", "PPO (reward model)", "Control (lr 0)"}
+
+
+def test_four_hundred_held_out_pairs_need_no_warning(tmp_path: Path) -> None:
+    from bench.report.tables import reward_model_table
+
+    suite = _with_reward_model(_stats_suite(tmp_path), 0.62)
+    rm = json.loads((suite / "runs" / "reward_model" / "result.json").read_text())
+    for n, warned in ((399, True), (400, False)):
+        rm["metrics"]["heldout_pairs"] = n
+        write_json_atomic(suite / "runs" / "reward_model" / "result.json", rm)
+        table = reward_model_table(load_suite(suite))
+        assert table.rows[0][1] == f"{n}" and table.rows[0][-1] == "yes"
+        assert bool(table.warnings) is warned and all(f"Only {n} held-out pairs" in w for w in table.warnings)
+
+
+FEW_PAIRS = ("Only {n} held-out pairs: the interval is {width} points wide, too few to tell a reward model that learned "
+             "a little from one that learned nothing (the suite aims at 400 or more: raise sample_pool.prompts or "
+             "reward_model.eval_fraction).")
 
 
 def test_control_arm_check(stats_suite: Path) -> None:

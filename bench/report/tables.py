@@ -397,6 +397,21 @@ def reward_model_warnings(suite: Suite) -> list[str]:
     return [reward_check.verdict_sentence(check)]
 
 
+MIN_HELDOUT_PAIRS = 400
+"""Held-out pairs below which the reward model's section warns: at 400 a 95% Wilson interval is about +-5 points at
+60%, so a model 10 points above chance is told from it; fewer pairs can hide a reward model that learned nothing."""
+
+
+def few_pairs_warning(check: dict[str, Any]) -> list[str]:
+    """The warning for fewer than MIN_HELDOUT_PAIRS held-out pairs, with the interval's width and the fix; []."""
+    if check["n"] >= MIN_HELDOUT_PAIRS:
+        return []
+    width = 100 * (check["high"] - check["low"])
+    return [f"Only {check['n']:,} held-out pairs: the interval is {width:.1f} points wide, too few to tell a reward "
+            f"model that learned a little from one that learned nothing (the suite aims at {MIN_HELDOUT_PAIRS} or "
+            f"more: raise sample_pool.prompts or reward_model.eval_fraction)."]
+
+
 def reward_model_table(suite: Suite) -> fmt.Table:
     """The reward model's held-out pair accuracy (n, 95% Wilson interval) beside its untrained head's and its
     training pairs', and the verdict; the plain sentence as a warning when it did not learn."""
@@ -414,7 +429,8 @@ def reward_model_table(suite: Suite) -> fmt.Table:
              "training question, scored after training (a gap to held-out is over-fitting; the curve is under "
              "Figures). Learned: the interval's lower bound is above 50% and above the untrained head."]
     return fmt.Table(["stage", "held-out pairs", "held-out pair accuracy [95% CI]", "untrained head",
-                      "training pairs", "learned"], [row], notes, reward_model_warnings(suite))
+                      "training pairs", "learned"], [row], notes,
+                     reward_model_warnings(suite) + few_pairs_warning(check))
 
 
 CONTROL_METHOD = "control"
