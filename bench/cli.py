@@ -92,6 +92,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     args.overrides = [*args.overrides, *launcher_overrides(args)]  # so the --resume command repeats them
     spec = load_spec(args.preset, args.overrides)
     if args.dry_run:
+        from bench.execution.preflight import check_trackers
+
+        check_trackers(spec)  # a lookup, no import: a plan that cannot log where it asks is not a valid plan
         print(describe_plan(spec, make_plan(spec)))
         return 0
     from bench.execution.runner import run_suite

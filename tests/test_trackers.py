@@ -181,6 +181,17 @@ def test_bench_run_refuses_an_uninstalled_tracker_in_one_line_with_exit_2(tmp_pa
     assert not out.exists()  # before any work: no suite folder
 
 
+def test_a_dry_run_refuses_an_uninstalled_tracker_too(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.cli import main
+
+    monkeypatch.setitem(trackers.MODULES, "mlflow", "bench_no_such_module")
+    assert main(["run", "--preset", "cpu-quick", "telemetry.report_to=[mlflow]", "--dry-run"]) == 2
+    out = capsys.readouterr()
+    assert "asks for mlflow, not installed here" in out.err and "runs (" not in out.out
+    assert main(["run", "--preset", "cpu-quick", "--dry-run"]) == 0
+
+
 # -- the back-ends, each against a fake of its package -------------------------------------------------------
 def test_wandb_is_offline_unless_asked_and_logs_on_the_runs_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: dict[str, list] = {"init": [], "define_metric": [], "log": [], "finish": []}
