@@ -73,6 +73,24 @@ def test_ladder_on_the_page(ladder_suite: Path) -> None:
     assert 'src="figures/pareto.png"' in page and (ladder_suite / "figures" / "pareto.png").is_file()
 
 
+def test_ladder_states_the_updates_per_rollout_and_warns_at_one(tmp_path: Path) -> None:
+    def updates(gspo: int):
+        def edit(res: dict[str, Any]) -> None:
+            set_accuracy(AFTER)(res)
+            res["settings"]["optimizer_steps_per_rollout"] = gspo if res["method"] == "gspo" else 2
+        return edit
+
+    matched = ladder_table(load_suite(write_suite(tmp_path / "two", methods=tuple(AFTER), seeds=(0, 1, 2),
+                                                  edit=updates(2))))
+    assert "Every method of the ladder took 2 optimizer step(s) per rollout (ppo_epochs x minibatches)." in matched.notes
+    assert matched.warnings == []
+    one = ladder_table(load_suite(write_suite(tmp_path / "one", methods=tuple(AFTER), seeds=(0, 1, 2),
+                                              edit=updates(1))))
+    assert any(n.startswith("Optimizer steps per rollout differ between methods:") and "GSPO (suite engine): 1" in n
+               for n in one.notes)
+    assert len(one.warnings) == 1 and one.warnings[0].startswith("GSPO (suite engine) took one optimizer step")
+
+
 def test_no_ladder_without_a_rung(tmp_path: Path) -> None:
     suite = write_suite(tmp_path)  # the default fixture: GRPO (suite engine) but none of its successors
     assert not ladder_table(load_suite(suite))

@@ -106,6 +106,37 @@ def _row(rung: dict[str, Any]) -> list[str]:
     return head + [f"{100 * t['mean_diff']:+.1f}{sd} pp", seeds, *_p_cells(t)]
 
 
+def updates_per_rollout(suite: Suite) -> dict[str, set[int]]:
+    """Label -> the optimizer steps per rollout its ok runs of the ladder's methods recorded (settings
+    ``optimizer_steps_per_rollout``: ppo_epochs x minibatches); a method that recorded none is left out."""
+    methods = {m for rung in RUNGS for m in rung}
+    out: dict[str, set[int]] = {}
+    for run in suite.methods:
+        steps = fmt.num((run.result.get("settings") or {}).get("optimizer_steps_per_rollout"))
+        if run.status == "ok" and run.result.get("method") in methods and steps is not None:
+            out.setdefault(run.label, set()).add(int(steps))
+    return out
+
+
+def updates_notes(suite: Suite) -> tuple[list[str], list[str]]:
+    """(the note that states the rungs' optimizer steps per rollout, the warning when some rung took one)."""
+    found = updates_per_rollout(suite)
+    if not found:
+        return [], []
+    counts = sorted({n for steps in found.values() for n in steps})
+    if len(counts) == 1:
+        note = f"Every method of the ladder took {counts[0]} optimizer step(s) per rollout (ppo_epochs x minibatches)."
+    else:
+        note = "Optimizer steps per rollout differ between methods: " + "; ".join(
+            f"{label}: {', '.join(map(str, sorted(steps)))}" for label, steps in found.items()) + "."
+    single = [label for label, steps in found.items() if 1 in steps]
+    warning = [f"{', '.join(single)} took one optimizer step per rollout: the policy has not moved when its loss is "
+               f"computed, every importance ratio is 1, and the clip, clip-higher, GSPO's sequence ratio and CISPO's "
+               f"and SAPO's weights do nothing, so rungs that differ only there cannot differ. The frontier presets "
+               f"take two (methods.<name>.minibatches=2)."] if single else []
+    return [note], warning
+
+
 def ladder_table(suite: Suite) -> fmt.Table:
     """The ladder, one row per rung; empty unless both methods of at least one rung have ok runs with accuracy."""
     rungs = ladder_rungs(suite)
@@ -123,6 +154,7 @@ def ladder_table(suite: Suite) -> fmt.Table:
              f"({len(RUNGS)} rungs: GRPO → Dr. GRPO → DAPO → GSPO, GRPO → CISPO, GRPO → SAPO, GRPO → RLOO → "
              f"REINFORCE++), adjusted on their own: these tests are not in the seed-level table's family.",
              f"'{NOT_RUN}': the suite did not plan that method; '{NO_OK}': it ran but no seed finished ok."]
+    updates, warnings = updates_notes(suite)
     return fmt.Table(["rung (previous → this)", "previous: mean accuracy", "this: mean accuracy",
                       "change: mean ± sd over seeds", "seeds", "t-test p", "Holm-adjusted p"],
-                     [_row(r) for r in rungs], notes)
+                     [_row(r) for r in rungs], notes + updates, warnings)
