@@ -249,6 +249,7 @@ def validate(spec: Spec) -> None:
     from bench.config.launcher import validate_launcher
 
     validate_launcher(spec)  # launcher, process count, config file (one line each)
+    validate_scheduler(spec)
     _need(spec.seed_scope == "method" or not spec.sweep.axes,
           "'seed_scope' is 'pipeline' but the spec has a sweep (or is a tune), whose points share their stages; "
           "set seed_scope=method, or run the pipeline's seeds without the sweep")
@@ -269,6 +270,27 @@ def validate(spec: Spec) -> None:
     _validate_architecture(spec.model)
     _validate_model_source(spec)
     _validate_task_source(spec)
+
+
+SCHEDULER_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9._-]+:[0-9]{1,5}|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}|auto")
+"""What scheduler.address may be: auto, ray://HOST:PORT (a Ray Client server) or HOST:PORT (a cluster's GCS)."""
+
+
+def validate_scheduler(spec: Spec) -> None:
+    """scheduler.* against the rest of the spec: an address only under ray and in a form Ray takes; no ``gpus``
+    list under ray (Ray assigns each run's GPUs on its node). Whether Ray is installed and the address answers is
+    checked before a run starts (bench.execution.preflight), so a spec naming ray still dry-runs anywhere."""
+    scheduler = spec.scheduler
+    address = scheduler.address
+    if scheduler.name == "local":
+        _need(address is None, f"'scheduler.address' is {address!r} but 'scheduler.name' is 'local'; add "
+                               f"scheduler.name=ray to run on that cluster, or drop the address")
+        return
+    _need(address is None or bool(SCHEDULER_ADDRESS.fullmatch(address)),
+          f"'scheduler.address' must be null (a Ray instance started here), auto (the cluster this machine is a node "
+          f"of) or ray://HOST:PORT, got {address!r}; e.g. scheduler.address=ray://head:10001")
+    _need(not spec.gpus, f"'gpus' lists {spec.gpus} but 'scheduler.name' is 'ray', which gives each run GPUs of the "
+                         f"node it lands on; drop gpus (or use scheduler.name=local)")
 
 
 def validate_report_to(report_to: list[str]) -> None:

@@ -400,6 +400,24 @@ class LauncherSpec:
     them, and the suite engine shards its actor and critic through deepspeed.initialize at ZeRO stages 1-3)."""
 
 
+@dataclass
+class SchedulerSpec:
+    """Where the suite's runs execute (bench.execution.runner; under ray, bench.execution.ray_scheduler)."""
+
+    name: Literal["local", "ray"] = "local"
+    """local: every run is a worker process on this machine (parallel_runs at a time, GPUs of this box); ray: every
+    run is one Ray task that starts the same worker process on the node Ray picks, the stage outputs it reads sent
+    to that node and its run folder sent back (no shared filesystem needed). The plan, the stage order and --resume
+    are the same under both. A run asks Ray for ``threads`` CPUs (1 when threads is 0) and, on a GPU,
+    launcher.num_processes GPUs (1 without a launcher; 0 on a cpu spec). Needs the ray extra
+    (``./run_all.sh --with-ray``)."""
+    address: str | None = None
+    """With name ray: null starts a Ray instance on this machine for the suite and shuts it down at the end; auto
+    joins the cluster this machine is a node of (a head or worker node, or RAY_ADDRESS); ray://HOST:PORT joins a
+    cluster through its Ray Client server (port 10001 by default); HOST:PORT joins through its GCS address.
+    Checked before any work: an address that answers nothing stops `bench run` in one line."""
+
+
 def _default_methods() -> dict[str, Any]:
     from bench.config.registry import METHODS, default_config
 
@@ -455,6 +473,8 @@ class Spec:
     """Sweep axes (bench.config.sweep); empty: no sweep."""
     launcher: LauncherSpec = field(default_factory=LauncherSpec)
     """Several processes per method run (bench.execution.launch); default: one."""
+    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    """Where the runs execute: this machine (local, the default) or a Ray cluster (bench.execution.ray_scheduler)."""
     tuning: TuningSpec = field(default_factory=TuningSpec)
     """Which method settings a tune chose (bench.execution.tune); empty: untuned defaults."""
     methods: dict[str, Any] = field(default_factory=_default_methods)
