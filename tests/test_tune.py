@@ -94,7 +94,7 @@ def test_the_shipped_grids_expand_into_the_declared_points() -> None:
     assert size == 1000
     assert len(grids["dpo"].points()) == 2 * 2 * 3  # product: learning rate x beta x loss variant
     assert {p["methods.dpo.loss_type"] for p in grids["dpo"].points()} == {"sigmoid", "ipo", "sigmoid,sft"}
-    assert len(grids["ppo"].points()) == 1 + 2 + 1 + 1  # one at a time over three knobs (the reward model: its own)
+    assert len(grids["ppo"].points()) == 1 + 2 + 1 + 3  # one at a time over three knobs (the reward model: its own)
     # Every axis starts at the preset's own value, so a tune can only match or beat the shipped settings.
     spec = load_spec("cpu-tiny", [])
     for method, grid in grids.items():
