@@ -161,6 +161,25 @@ def test_successor_claims_false(tmp_path: Path) -> None:
     assert verdict == NOT_BY_CONSTRUCTION and "RLOO (suite engine): 3 (actor, reference, critic)" in text
 
 
+def test_successor_claims_the_seeds_do_not_separate(tmp_path: Path) -> None:
+    """DAPO's entropy 0.2 above GRPO's on seed 0 and 0.1 below on seed 1: the mean is above, the seeds disagree,
+    so the claim is neither supported nor refuted; with one seed nothing can separate the methods."""
+    from bench.report.claims import NOT_SEPARATED
+
+    def edit(res: dict[str, Any]) -> None:
+        if res["method"] == "dapo":
+            for point in res["curves"]:
+                point["entropy"] += 0.2 if res["seed"] == 0 else -0.1
+    found = claim_verdicts(write_suite(tmp_path / "two", methods=SUCCESSORS, seeds=(0, 1), edit=edit))
+    text, verdict = found["dapo-entropy-higher"]
+    assert verdict == NOT_SEPARATED and "above on 1 of 2 common seed(s)" in text
+    assert "the seeds do not separate them at p < 0.05" in text
+    one = claim_verdicts(write_suite(tmp_path / "one", methods=SUCCESSORS, seeds=(0,),
+                                     edit=successors_edit(True, True, True, spread=True)))
+    assert {one[c][1] for c in ("dr-grpo-shorter-incorrect", "dapo-entropy-higher", "gspo-ratio-spread")} == {
+        NOT_SEPARATED}
+
+
 def test_successor_claims_not_measured(tmp_path: Path) -> None:
     from bench.report.claims import NOT_MEASURED
 

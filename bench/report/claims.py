@@ -1,6 +1,6 @@
 """Claims check: the seed texts' quantitative claims (baselines/claims.yaml) beside what this run measured.
 
-Every claim gets one of five verdicts, from a rule in :data:`CHECKS` applied to the result files:
+Every claim gets one of six verdicts, from a rule in :data:`CHECKS` applied to the result files:
 
 - ``supported by measurement``: a measurement that could have come out otherwise agrees with the claim (within the
   range its entry states): a peak memory ratio, a phase's share of time, accuracy across group sizes;
@@ -11,6 +11,9 @@ Every claim gets one of five verdicts, from a rule in :data:`CHECKS` applied to 
   unless the recipes change, so it is kept apart from the measured ones. The memory ratio shows both sides in one
   row (:func:`memory_ratio`): PPO's 16P + 16P + 4P + 4P accounted bytes over GRPO's 16P + 4P is 2.0 by
   arithmetic, and the measured peak (GPU, or ``cpu-rss`` on a CPU) decides the verdict wherever there is one;
+- ``not separated by this run``: a comparison of two methods over seeds whose data cannot decide it either way (one
+  common seed, seeds on both sides, or a paired t-test with p >= 0.05): the means and the test are shown, and the
+  claim is neither supported nor refuted;
 - ``not measured in this run``: the run has no reading that could decide it (no G sweep was run; the method did
   not finish; the precision policy never stores trained weights in bf16). Never a guess.
 
@@ -36,12 +39,13 @@ NOT_SUPPORTED = "not supported by measurement"
 BY_CONSTRUCTION = "true by construction"
 NOT_BY_CONSTRUCTION = "false by construction"
 NOT_MEASURED = "not measured in this run"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, BY_CONSTRUCTION, NOT_BY_CONSTRUCTION, NOT_MEASURED)
+NOT_SEPARATED = "not separated by this run"
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, BY_CONSTRUCTION, NOT_BY_CONSTRUCTION, NOT_SEPARATED, NOT_MEASURED)
 CSS_CLASS = {SUPPORTED: "supported", NOT_SUPPORTED: "not-supported", BY_CONSTRUCTION: "construction",
-             NOT_BY_CONSTRUCTION: "not-supported", NOT_MEASURED: "not-measured"}
+             NOT_BY_CONSTRUCTION: "not-supported", NOT_SEPARATED: "not-measured", NOT_MEASURED: "not-measured"}
 """The page's cell class per verdict (index.html colours measured, constructed and unmeasured verdicts apart)."""
 ALPHA = 0.05
-"""Significance level of the G-sweep claim's paired test."""
+"""Significance level of the paired tests that decide the G-sweep claim and the seed comparisons."""
 HEADER = ["claim", "source", "how it is measured", "measured in this run", "verdict"]
 
 
@@ -425,10 +429,10 @@ def _seed_list(values: dict[Any, float]) -> str:
 
 def _compare_seeds(suite: Suite, c: dict[str, Any], value: Callable[[Run], float | None], what: str,
                    unit: str) -> Verdict:
-    """Method ``a`` against ``b`` (each the first listed with a value) on ``value`` per seed: supported when a's
-    mean over its ok seeds is on the side ``c["relation"]`` ('below' / 'above') of b's. The verdict is the
-    direction of the means; the seed-by-seed count and (two or more common seeds) the paired t-test p are shown
-    beside it so a reader can judge how firm it is."""
+    """Method ``a`` against ``b`` (each the first listed with a value) on ``value`` per seed, on the side
+    ``c["relation"]`` ('below' / 'above'). The seeds decide only when they separate the methods (:func:`separated`):
+    supported when a's mean over its ok seeds lies on the claimed side, not supported when on the other; otherwise
+    not separated by this run. The means, the seed-by-seed count and the paired t-test p are shown either way."""
     from bench.scoring import stats
 
     sides = {}
@@ -446,6 +450,7 @@ def _compare_seeds(suite: Suite, c: dict[str, Any], value: Callable[[Run], float
     text = (f"{what}: {la} {ma:,.{c.get('digits', 3)}f} ({_seed_list(va)}) against {lb} "
             f"{mb:,.{c.get('digits', 3)}f}{unit} ({_seed_list(vb)}), mean over each method's ok seeds")
     common = [s for s in va if s in vb]
+    test = None
     if common:
         side = sum((va[s] < vb[s]) if below else (va[s] > vb[s]) for s in common)
         text += f"; {c['relation']} on {side} of {len(common)} common seed(s)"
@@ -454,7 +459,21 @@ def _compare_seeds(suite: Suite, c: dict[str, Any], value: Callable[[Run], float
         p = test["p_value"]
         text += "; paired t-test over seeds " + (f"p = {fmt.p_value_text(p)}" if p is not None else
                                                   f"undefined ({test['undefined']})")
+    if not separated(test, [va[s] - vb[s] for s in common]):
+        return Verdict(text + f" (the seeds do not separate them at p < {ALPHA})", NOT_SEPARATED)
     return Verdict(text, SUPPORTED if holds else NOT_SUPPORTED)
+
+
+def separated(test: dict[str, Any] | None, differences: list[float]) -> bool:
+    """Whether paired seeds tell two methods apart: a paired t-test over two or more common seeds with p < ALPHA,
+    or every difference the same and non-zero (zero spread: the standard error is 0, so no p, and no doubt)."""
+    from bench.scoring import stats
+
+    if test is None:
+        return False
+    if test["p_value"] is not None:
+        return test["p_value"] < ALPHA
+    return test["undefined"] == stats.ZERO_SPREAD and bool(differences) and differences[0] != 0
 
 
 def incorrect_length(run: Run, mode: str) -> float | None:
