@@ -43,7 +43,9 @@ def preflight(spec: Spec, suite_dir: Path, notes: TextIO | None = None) -> list[
     from bench.config.paths import check_environment_paths
 
     check_environment_paths()  # $BENCH_CACHE_DIR and the others: the check the command line's paths get
-    check_device(spec)
+    check_scheduler(spec)
+    if spec.scheduler.name == "local":  # under Ray the runs land on the cluster's nodes, not on this machine
+        check_device(spec)
     check_generation_backend(spec)
     check_trackers(spec)
     check_output_dir(suite_dir)
@@ -69,6 +71,18 @@ def check_device(spec: Spec) -> None:
 
     problem = device_problem(spec.name, torch.cuda.is_available(), torch.__version__, torch.version.cuda,
                              nvidia_smi_works())
+    if problem:
+        raise UserError(problem)
+
+
+def check_scheduler(spec: Spec) -> None:
+    """scheduler.name ray: Ray imports here (one line naming ./run_all.sh --with-ray otherwise) and a
+    scheduler.address answers and lets Ray join (within a minute); bench.execution.ray_scheduler.ray_problem."""
+    if spec.scheduler.name != "ray":
+        return
+    from bench.execution.ray_scheduler import ray_problem
+
+    problem = ray_problem(spec.scheduler.address)
     if problem:
         raise UserError(problem)
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
@@ -24,6 +25,24 @@ KILL_AFTER_S = 5.0
 KILLED_FROM_OUTSIDE = "SIGKILL"
 """error.exception of a run whose worker died from a SIGKILL the runner did not send: on Linux that is the OOM killer
 (host memory ran out), recorded as error type OUT_OF_MEMORY (:func:`killed_from_outside`)."""
+
+
+@dataclass
+class Started:
+    """How a run's worker ended, as the scheduler that started it saw it: what the runner records
+    (:func:`bench.execution.runner.execute_run`)."""
+
+    status: int | None
+    """The worker's exit status (a launcher's, for a launched run); None when it was never seen to exit."""
+    launched: bool = False
+    """Started by accelerate's launcher: each rank wrote its own record, merged into one result."""
+    placed: dict[str, Any] | None = None
+    """The result's ``placement``: where it ran."""
+    lost: str | None = None
+    """Why the scheduler lost the run before its worker could write a result (its node died, its task failed):
+    the failed cell's message, naming the node; None otherwise."""
+    lost_type: str = "RunLost"
+    """error.type recorded with ``lost``."""
 
 
 class Progress:

@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Any, Callable, Mapping, TextIO
 
 from bench.execution.plan import PlannedRun, make_plan
 from bench.results import (MESSAGE_LIMIT, RESULT_FILE, cap_text, empty_result, file_hash, incomplete_reason, is_complete,
@@ -40,8 +40,8 @@ from bench.config.spec import Spec
 from bench.execution.sweep import job_spec, job_sweep
 from bench.execution.run_failure import OUT_OF_MEMORY
 from bench.execution.worker import RUN_FILE
-from bench.execution.processes import (KILLED_FROM_OUTSIDE, Progress, Stopper, killed_from_outside, launch_worker,
-                                       worker_env)
+from bench.execution.processes import (KILLED_FROM_OUTSIDE, Progress, Started, Stopper, killed_from_outside,
+                                       launch_worker, worker_env)
 from bench.execution.devices import DevicePlan, DevicePool, Slot, placement, plan_devices
 from bench.execution.suite_folder import (SUITE_FILE, SuiteLock, _point_latest, check_suite_dir, default_out_dir,
                                           prepare_suite_dir)
@@ -134,7 +134,8 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
     """
     suite_dir = suite_dir.resolve()  # workers get absolute paths, whatever their working directory
     runs = make_plan(spec)
-    devices = plan_devices(spec, os.environ)  # too few GPUs for parallel_runs: one line, before anything starts
+    # too few GPUs for parallel_runs: one line, before anything starts; under Ray each node's GPUs are Ray's to give
+    devices = plan_devices(spec, os.environ) if spec.scheduler.name == "local" else _ray_plan(spec)
     check_suite_dir(spec, suite_dir, resume)  # before anything is created or locked
     suite_dir.mkdir(parents=True, exist_ok=True)
     lock = SuiteLock(suite_dir)
@@ -182,6 +183,11 @@ def _run_all(spec: Spec, suite_dir: Path, runs: list[PlannedRun], resume: bool, 
     Each running worker holds one slot of ``devices`` (its GPU, or its group of GPUs under a launcher) for as long
     as it runs, and gives it back however it ends, so no two runs share a device and a failed run frees its device
     for the next queued one. ``devices`` defaults to :func:`plan_devices` of this process's environment."""
+    if spec.scheduler.name == "ray":  # the same plan and order; each run a Ray task on the node Ray picks
+        from bench.execution.ray_scheduler import run_all_on_ray
+
+        run_all_on_ray(spec, suite_dir, runs, resume, repo_dir, stream, stopper, execute_run)
+        return
     devices = devices or plan_devices(spec, os.environ)
     lock = threading.Lock()
     inplace = stream.isatty() and devices.parallel_runs == 1
@@ -219,6 +225,14 @@ def _write_schedule(suite_dir: Path, devices: DevicePlan) -> None:
     write_json_atomic(path, meta)
 
 
+def _ray_plan(spec: Spec) -> DevicePlan:
+    """The local plan's stand-in under Ray, for suite.json until the Ray scheduler records its own: no slots here
+    (Ray gives each run CPUs and GPUs of its node), ``parallel_runs`` resolved as on a CPU (it sets the workers'
+    thread count, :mod:`bench.execution.cpu_threads`; how many runs go at once is Ray's to decide)."""
+    n = 1 if spec.parallel_runs == "auto" else int(spec.parallel_runs)
+    return DevicePlan(spec.device, n, [()] * n, "ray", spec.parallel_runs)
+
+
 def _record_placement(run_dir: Path, placed: dict[str, Any] | None) -> None:
     """Add ``placement`` (which GPU ran it, :func:`bench.execution.devices.placement`) to the run's result."""
     result = read_result(run_dir)
@@ -243,25 +257,52 @@ def _wait_or_cancel(futures: list[Future], stopper: Stopper) -> None:
             failed[0].result()
 
 
+StartWorker = Callable[[PlannedRun, Path, Progress], Started]
+"""Another scheduler's way of starting a run's worker, given the run, its folder (run.json written) and its progress
+line; it returns when the worker has ended (bench.execution.ray_scheduler)."""
+
+
 def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo_dir: Path | None,
                 env: Mapping[str, str], progress: Progress, stopper: Stopper, gpus: Slot | None = None,
-                placed: dict[str, Any] | None = None) -> None:
+                placed: dict[str, Any] | None = None, start: StartWorker | None = None) -> None:
     """One planned run: reuse it on --resume when complete and its inputs unchanged, else skip it when a stage
     it reads did not finish, else start its worker (on ``gpus``, the slot it holds: ``env`` is already pinned to
     its first GPU; a launched run gets the whole slot) and record what became of it, with ``placed`` as the
-    result's ``placement``."""
+    result's ``placement``. ``start``: another scheduler starts the worker instead (its own ``env``, GPUs and
+    placement: :data:`StartWorker`); None, a worker process on this machine."""
     run_dir = suite_dir / "runs" / run.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     inputs = inputs_hash(suite_dir, run)
+    if _reused_or_skipped(spec, suite_dir, run, run_dir, resume, inputs, progress):
+        return
+    write_json_atomic(run_dir / RUN_FILE, {
+        "run_id": run.run_id, "kind": run.kind, "name": run.name, "label": run.label, "engine": run.engine,
+        "seed": run.seed, "spec": job_spec(spec, run), "inputs": run_inputs(suite_dir, run), "inputs_hash": inputs,
+        "repo_dir": str(repo_dir) if repo_dir else None, "sweep": job_sweep(spec, run),
+        # how many runs share the machine (parallel_runs resolved: the worker's CPU threads) and where this one runs
+        "parallel_runs": placed["parallel_runs"] if placed else None, "placement": placed,
+    })
+    started = (start(run, run_dir, progress) if start is not None
+               else _start_here(spec, run, run_dir, env, progress, stopper, gpus, placed))
+    if read_result(run_dir) is None:
+        _record_no_result(spec, run, run_dir, inputs, started, progress, stopper)
+    _record_placement(run_dir, started.placed)
+    progress.finish(_outcome_line(read_result(run_dir)))
+
+
+def _reused_or_skipped(spec: Spec, suite_dir: Path, run: PlannedRun, run_dir: Path, resume: bool,
+                       inputs: str | None, progress: Progress) -> bool:
+    """True when the run needs no worker: complete and kept (--resume), or skipped because a stage it reads did not
+    finish (its failed result written). Otherwise its old result is removed and False returned."""
     if resume:
         reason = incomplete_reason(run_dir, inputs)
         if reason is None:
             progress.finish("already complete, skipped (--resume)")
-            return
+            return True
         if reason.startswith("status ") and _finished_out_of_memory(run_dir, inputs):
             progress.finish("out of memory at this sweep point, kept (--resume does not re-run it; delete its "
                             "result.json to try again)")
-            return
+            return True
         if reason != "no result" and not reason.startswith("status "):
             progress.note(f"re-running: {reason}")
     (run_dir / RESULT_FILE).unlink(missing_ok=True)
@@ -272,14 +313,13 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
         why = f"stage {', '.join(unmet)} {STAGE_OOM if oom else 'did not finish'}"
         record_failure(run_dir, run, spec, SKIPPED, why, inputs)
         progress.finish(f"skipped: {why}")
-        return
-    write_json_atomic(run_dir / RUN_FILE, {
-        "run_id": run.run_id, "kind": run.kind, "name": run.name, "label": run.label, "engine": run.engine,
-        "seed": run.seed, "spec": job_spec(spec, run), "inputs": run_inputs(suite_dir, run), "inputs_hash": inputs,
-        "repo_dir": str(repo_dir) if repo_dir else None, "sweep": job_sweep(spec, run),
-        # how many runs share the machine (parallel_runs resolved: the worker's CPU threads) and where this one runs
-        "parallel_runs": placed["parallel_runs"] if placed else None, "placement": placed,
-    })
+        return True
+    return False
+
+
+def _start_here(spec: Spec, run: PlannedRun, run_dir: Path, env: Mapping[str, str], progress: Progress,
+                stopper: Stopper, gpus: Slot | None, placed: dict[str, Any] | None) -> Started:
+    """The local scheduler's start: the worker process on this machine, until it exits."""
     from bench.execution.launch import merge_rank_files, worker_launch
 
     # accelerate launch on the slot's GPUs, or None: one process
@@ -289,24 +329,31 @@ def execute_run(spec: Spec, suite_dir: Path, run: PlannedRun, resume: bool, repo
               else launch_worker(run_dir, progress, env, stopper, command=command))
     if command is not None:  # each rank wrote rank<k>.json; rank 0 the result: one result with every rank's memory
         merge_rank_files(run_dir)
-    if read_result(run_dir) is None:
-        if stopper.requested.is_set():
-            record_failure(run_dir, run, spec, INTERRUPTED, f"the suite was interrupted ({stopper.signal_name}) "
-                           f"and the worker stopped (exit status {status}) before writing a result; --resume "
-                           f"re-runs it", inputs)
-        elif command is None and killed_from_outside(status):
-            phase = progress.last_phase
-            record_failure(run_dir, run, spec, OUT_OF_MEMORY,
-                           f"host memory: the worker was killed by SIGKILL, which the runner did not send (on Linux "
-                           f"the kernel's OOM killer does that when host memory runs out), in phase "
-                           f"{phase or 'unknown (it reported none)'}; log: {_log_tail(run_dir)}", inputs,
-                           phase=phase, exception=KILLED_FROM_OUTSIDE, memory="host")
-        else:
-            record_failure(run_dir, run, spec, "WorkerDied",
-                           f"the worker exited with status {status} without a result (killed, or out of memory?); "
-                           f"log: {_log_tail(run_dir)}", inputs)
-    _record_placement(run_dir, placed)
-    progress.finish(_outcome_line(read_result(run_dir)))
+    return Started(status, launched=command is not None, placed=placed)
+
+
+def _record_no_result(spec: Spec, run: PlannedRun, run_dir: Path, inputs: str | None, started: Started,
+                      progress: Progress, stopper: Stopper) -> None:
+    """The failed result of a run whose worker wrote none: interrupted, lost by its scheduler, killed by the OOM
+    killer, or dead for another reason (its log's last lines)."""
+    status = started.status
+    if stopper.requested.is_set():
+        record_failure(run_dir, run, spec, INTERRUPTED, f"the suite was interrupted ({stopper.signal_name}) "
+                       f"and the worker stopped (exit status {status}) before writing a result; --resume "
+                       f"re-runs it", inputs)
+    elif started.lost is not None:
+        record_failure(run_dir, run, spec, started.lost_type, f"{started.lost}; --resume re-runs it", inputs)
+    elif not started.launched and status is not None and killed_from_outside(status):
+        phase = progress.last_phase
+        record_failure(run_dir, run, spec, OUT_OF_MEMORY,
+                       f"host memory: the worker was killed by SIGKILL, which the runner did not send (on Linux "
+                       f"the kernel's OOM killer does that when host memory runs out), in phase "
+                       f"{phase or 'unknown (it reported none)'}; log: {_log_tail(run_dir)}", inputs,
+                       phase=phase, exception=KILLED_FROM_OUTSIDE, memory="host")
+    else:
+        record_failure(run_dir, run, spec, "WorkerDied",
+                       f"the worker exited with status {status} without a result (killed, or out of memory?); "
+                       f"log: {_log_tail(run_dir)}", inputs)
 
 
 def _finished_out_of_memory(run_dir: Path, inputs: str | None) -> bool:
@@ -407,4 +454,4 @@ def _write_state(suite_dir: Path, outcome: SuiteOutcome, resume_command: str | N
     write_json_atomic(path, meta)
 
 
-__all__ = ["run_suite", "default_out_dir", "SuiteOutcome", "SuiteLock"]
+__all__ = ["run_suite", "default_out_dir", "SuiteOutcome", "SuiteLock", "Started", "execute_run"]

@@ -1,0 +1,423 @@
+"""The Ray scheduler (``scheduler.name: ray``): the runner's plan, stage order and --resume, with each run's worker
+started by a Ray task on the node Ray picks (:mod:`bench.execution.ray_node`) instead of on this machine.
+
+This module is the driver's side. It starts a Ray instance here (``scheduler.address: null``; shut down at the end,
+however the suite ends) or joins a cluster (``auto``, ``ray://HOST:PORT``); asks Ray, for each run, for its threads'
+CPUs and, on a GPU, its processes' GPUs (:func:`run_request`); sends each task the stage outputs its run reads as
+tar bytes through the object store (one object per stage output, shared by every run that reads it); shows the
+progress the task relays through the runner's own progress lines; and unpacks the run folder the task sends back
+into ``SUITE_DIR/runs/<run_id>``, atomically (:mod:`bench.execution.ray_transfer`). A task that Ray loses (its node
+died, its worker process crashed) is a failed cell naming the node; Ray never retries one (``max_retries=0``), so
+each run is attempted once and ``--resume`` re-runs what failed. A stop request cancels every pending and running
+task (the task stops its worker as the local scheduler would) before Ray is shut down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable, Iterator, TextIO
+
+from bench.errors import UserError
+from bench.execution.plan import PlannedRun
+from bench.execution.processes import Progress, Started, Stopper
+from bench.execution.ray_transfer import pack, receive_run_folder
+from bench.execution.worker import RUN_FILE
+from bench.results import RESULT_FILE, write_json_atomic
+
+RAY_FIX = "./run_all.sh --with-ray sets .venv up with it (or pip install -e '.[ray]')"
+"""How a user installs Ray for the suite: the optional extra."""
+PROBE_TIMEOUT_S = 5.0
+"""Seconds a TCP connection to scheduler.address may take before it counts as answering nothing."""
+CONNECT_TIMEOUT_S = 45.0
+"""Seconds the check that Ray can join scheduler.address may take (a child process: ray.init, then the cluster's
+resources), so a `bench run` against a dead address ends within a minute."""
+FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS")
+"""Variables of the driver's environment every worker gets on its node, when set here: the hub's offline switches
+(a suite told to stay offline stays offline on every node) and an explicit OpenMP thread count."""
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
+"""Ray starts its worker processes at nice 15 (seen in a task: os.getpriority) unless this says otherwise, and a
+run's worker inherits it. A Ray started here sets 0, the priority the local scheduler's workers have, so a run on a
+machine shared with other work competes as it would without Ray. A joined cluster keeps its own setting."""
+MAX_WAITING_THREADS = 256
+"""Most method runs submitted to Ray at once (one driver thread each waits for its task); the rest queue here."""
+LOST_TYPES = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
+              "ActorDiedError", "LocalRayletDiedError", "ObjectFetchTimedOutError")
+"""Ray exceptions that mean the node or the task's worker process went away (error type RayNodeLost); any other
+is the task failing (RayTaskFailed)."""
+
+
+# -- before any work: is Ray here, does the address answer -------------------------------------------------
+def ray_problem(address: str | None) -> str | None:
+    """None when the suite can run under Ray with ``address``, else the one line saying why not and the fix:
+    Ray not importable here, an address whose port answers nothing (TCP, PROBE_TIMEOUT_S), or a cluster Ray
+    cannot join (a child process, CONNECT_TIMEOUT_S)."""
+    try:
+        importlib.import_module("ray")
+    except ImportError:
+        return f"'scheduler.name' is 'ray' but Ray is not installed here; {RAY_FIX}, or set scheduler.name=local"
+    except Exception as exc:  # noqa: BLE001 - a broken install: its last line is the reason
+        return (f"'scheduler.name' is 'ray' but Ray does not import here ({type(exc).__name__}: "
+                f"{_first_line(exc)}); reinstall it: {RAY_FIX}")
+    if address is None:
+        return None
+    where = f"'scheduler.address' {address!r}"
+    fix = ("start Ray on this machine (ray start --head) or give the cluster's address, e.g. "
+           "scheduler.address=ray://HEAD:10001" if address == "auto" else
+           "start the cluster (ray start --head on its head node) or fix the address")
+    host_port = address.removeprefix("ray://")
+    if address != "auto":
+        host, _, port = host_port.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+        except OSError as exc:
+            return f"{where} answers nothing ({type(exc).__name__}: {exc.strerror or exc}); {fix}"
+    return _join_problem(address, where, fix)
+
+
+def _join_problem(address: str, where: str, fix: str) -> str | None:
+    """Whether ray.init can join ``address`` (in a child process, so this one stays unconnected until the runner
+    connects)."""
+    code = ("import json, logging, ray; ray.init(address=%r, logging_level=logging.ERROR); "
+            "print(json.dumps(ray.cluster_resources()))" % address)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=CONNECT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"{where} did not let Ray join within {CONNECT_TIMEOUT_S:g} s; {fix}"
+    if proc.returncode == 0:
+        return None
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    return f"{where}: Ray could not join it ({lines[-1][:300] if lines else f'exit status {proc.returncode}'}); {fix}"
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``name=value`` in this process's environment for the block (what processes started in it inherit)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+# -- what a run asks of a node -------------------------------------------------------------------------------
+def run_request(spec: Any, run: PlannedRun, device: str) -> tuple[float, float]:
+    """(CPUs, GPUs) a run's task asks Ray for: its torch threads (``threads``, 1 when 0) and, on ``device`` cuda,
+    one GPU per process (``launcher.num_processes`` for a launched method run, else 1); no GPU on a cpu device."""
+    from bench.config.launcher import processes_for
+
+    cpus = float(spec.threads if spec.threads > 0 else 1)
+    if device != "cuda":
+        return cpus, 0.0
+    return cpus, float(processes_for(spec, run.name) if run.kind != "stage" else 1)
+
+
+class RaySession:
+    """One suite's connection to Ray: started or joined by :meth:`open`, ended by :meth:`close` (a Ray instance
+    started here is shut down, so no Ray process outlives the suite); the stage outputs already in the object
+    store; the tasks running, for :meth:`cancel_all`."""
+
+    def __init__(self, address: str | None, stream: TextIO) -> None:
+        self.address, self.stream = address, stream
+        self.started_here = False
+        self._refs: dict[str, Any] = {}
+        self._running: set[Any] = set()
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    def open(self) -> dict[str, Any]:
+        """Start or join Ray; returns the cluster as suite.json records it (address, nodes, resources)."""
+        import ray
+
+        options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+        try:
+            if self.address is None:
+                with _environment(WORKER_NICENESS_ENV, "0"):
+                    ray.init(include_dashboard=False, **options)
+                self.started_here = True
+            else:
+                ray.init(address=self.address, **options)
+        except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ...: one line, exit 2
+            raise UserError(f"Ray could not {'start here' if self.address is None else f'join {self.address!r}'} "
+                            f"({type(exc).__name__}: {_first_line(exc)}); check `ray status`, or set "
+                            f"scheduler.name=local") from None
+        return {"scheduler": "ray", "address": self.address or "started here", "nodes": self.nodes()}
+
+    @staticmethod
+    def nodes() -> list[dict[str, Any]]:
+        """Each live node: its id, IP and CPUs and GPUs as Ray counts them."""
+        import ray
+
+        return [{"node_id": n["NodeID"], "node_ip": n.get("NodeManagerAddress"),
+                 "cpus": n.get("Resources", {}).get("CPU", 0.0), "gpus": n.get("Resources", {}).get("GPU", 0.0)}
+                for n in ray.nodes() if n.get("Alive")]
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+    def input_ref(self, path: Path, arcname: str) -> Any:
+        """The object holding ``path`` as tar bytes under ``arcname`` (put once, then shared)."""
+        import ray
+
+        with self._lock:
+            if arcname not in self._refs:
+                self._refs[arcname] = ray.put(pack(path, arcname))
+            return self._refs[arcname]
+
+    def track(self, task: Any) -> None:
+        """Remember a running task, or cancel it at once when a stop already came."""
+        with self._lock:
+            self._running.add(task)
+            cancelled = self._cancelled
+        if cancelled:
+            self._cancel(task)
+
+    def untrack(self, task: Any) -> None:
+        with self._lock:
+            self._running.discard(task)
+
+    def cancel_all(self) -> None:
+        """Cancel every task submitted and not finished (queued ones never start; running ones stop their worker)."""
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            running = list(self._running)
+        for task in running:
+            self._cancel(task)
+
+    @staticmethod
+    def _cancel(task: Any) -> None:
+        import ray
+
+        try:
+            ray.cancel(task)
+        except Exception:  # noqa: BLE001 - finished meanwhile, or its node is gone: nothing left to stop
+            pass
+
+
+# -- the suite under Ray ---------------------------------------------------------------------------------------
+def run_all_on_ray(spec: Any, suite_dir: Path, runs: list[PlannedRun], resume: bool, repo_dir: Path | None,
+                   stream: TextIO, stopper: Stopper, execute_run: Callable[..., None]) -> None:
+    """The runner's ``_run_all`` under Ray: the stages one at a time, in order, then the method runs, each a Ray
+    task as soon as Ray has room for it; after a stop request nothing new starts and every task is cancelled.
+    Ray is started or joined first and closed last, whatever happens in between (a second signal, which exits at
+    once, shuts a Ray started here down first). ``execute_run`` is the runner's (resume, skips, the record), given
+    this scheduler's start."""
+    session = RaySession(spec.scheduler.address, stream)
+    schedule = session.open()
+    previous = stopper.on_exit_now
+
+    def exit_now() -> None:
+        session.close()
+        previous()
+
+    stopper.on_exit_now = exit_now
+    try:
+        device = cluster_device(spec.device, schedule["nodes"])
+        check_fits(spec, runs, device, schedule["nodes"], session.started_here, stream)
+        record_schedule(suite_dir, dict(schedule, device=device))
+        _run_in_order(spec, suite_dir, runs, (resume, repo_dir, execute_run), stream, stopper, session, device)
+    finally:
+        stopper.on_exit_now = previous
+        session.close()
+
+
+def cluster_device(device: str, nodes: list[dict[str, Any]]) -> str:
+    """The device the runs ask Ray for: the spec's, with auto resolved to cuda when some node has a GPU."""
+    if device != "auto":
+        return device
+    return "cuda" if any(node["gpus"] > 0 for node in nodes) else "cpu"
+
+
+def check_fits(spec: Any, runs: list[PlannedRun], device: str, nodes: list[dict[str, Any]], started_here: bool,
+               stream: TextIO) -> None:
+    """Each run's request (:func:`run_request`) against the largest node: on a Ray started here, a run no node can
+    take is one line (UserError) before any work, since Ray would queue it forever; on a joined cluster, whose
+    autoscaler may still add such a node, it is a warning."""
+    for run in runs:
+        cpus, gpus = run_request(spec, run, device)
+        if any(node["cpus"] >= cpus and node["gpus"] >= gpus for node in nodes):
+            continue
+        largest = ", ".join(f"{n['node_ip']}: {n['cpus']:g} CPUs, {n['gpus']:g} GPUs" for n in nodes) or "none"
+        message = (f"run {run.run_id} asks Ray for {cpus:g} CPUs and {gpus:g} GPUs, which no node has ({largest}); "
+                   f"lower threads (or launcher.num_processes), or add a node that large")
+        if started_here:
+            raise UserError(message)
+        stream.write(f"bench: warning: {message}; its task waits until the cluster has one\n")
+        return
+
+
+def record_schedule(suite_dir: Path, schedule: dict[str, Any]) -> None:
+    """suite.json's ``schedule`` under Ray: the scheduler, the address, the device asked for and the nodes."""
+    from bench.execution.suite_folder import SUITE_FILE
+
+    path = suite_dir / SUITE_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    meta["schedule"] = schedule
+    write_json_atomic(path, meta)
+
+
+def _run_in_order(spec: Any, suite_dir: Path, runs: list[PlannedRun], runner: tuple[bool, Path | None, Callable],
+                  stream: TextIO, stopper: Stopper, session: RaySession, device: str) -> None:
+    """Stages one at a time, then every method run at once (Ray queues what does not fit); each waits in a driver
+    thread, while this thread watches for a stop request and cancels the tasks when it comes. ``runner``: resume,
+    repo_dir and the runner's execute_run."""
+    resume, repo_dir, execute_run = runner
+    lock = threading.Lock()
+    numbered = list(enumerate(runs, 1))
+
+    def execute(index: int, run: PlannedRun) -> None:
+        if stopper.requested.is_set():  # queued when the interrupt came
+            return
+        progress = Progress(stream, lock, False, index, len(runs), run)
+
+        def start(run: PlannedRun, run_dir: Path, progress: Progress) -> Started:
+            return start_on_ray(spec, suite_dir, run, run_dir, progress, stopper, session, device)
+
+        execute_run(spec, suite_dir, run, resume, repo_dir, os.environ, progress, stopper, start=start)
+
+    methods = [(index, run) for index, run in numbered if run.kind != "stage"]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(methods), MAX_WAITING_THREADS))) as pool:
+        for index, run in numbered:
+            if run.kind == "stage":
+                _wait_or_cancel([pool.submit(execute, index, run)], stopper, session)
+        _wait_or_cancel([pool.submit(execute, index, run) for index, run in methods], stopper, session)
+
+
+def _wait_or_cancel(futures: list[Future], stopper: Stopper, session: RaySession) -> None:
+    """Wait for every future; once a stop is requested, cancel the ones not started and every Ray task, and wait
+    for the running ones (their tasks are stopping their workers). A runner bug in one run is raised after
+    cancelling the rest."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=0.5)
+        failed = [f for f in done if not f.cancelled() and f.exception() is not None]
+        if stopper.requested.is_set() or failed:
+            for future in pending:
+                future.cancel()
+            session.cancel_all()
+        if failed:
+            wait(pending)
+            failed[0].result()
+
+
+def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, progress: Progress, stopper: Stopper,
+                 session: RaySession, device: str) -> Started:
+    """The Ray scheduler's start (:data:`bench.execution.runner.StartWorker`): submit the run's task with the
+    stage outputs it reads, relay its progress, and unpack the run folder it sends back into ``run_dir``."""
+    import ray
+    from bench.execution.ray_node import run_on_node
+
+    job = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    inputs = [(key, relative, session.input_ref(path, arcname))
+              for key, relative, path, arcname in stage_inputs(suite_dir, job.get("inputs") or {})]
+    cpus, gpus = run_request(spec, run, device)
+    forwarded = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+    task = ray.remote(run_on_node).options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
+                                           name=f"bench:{run.run_id}")
+    generator = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name)
+    session.track(generator)
+    seen: dict[str, Any] = {}
+    try:
+        for ref in generator:
+            if _relay(ray.get(ref), progress, seen):
+                break
+    except ray.exceptions.RayError as exc:
+        if stopper.requested.is_set():  # cancelled by the stop: recorded as interrupted, as under the local one
+            _wait_for_end(generator)
+            return Started(None, placed=seen.get("placed"))
+        return _lost(exc, seen.get("placed"))
+    finally:
+        session.untrack(generator)
+    if "done" not in seen:  # the stream ended without the folder: a task that returned early
+        return Started(None, placed=seen.get("placed"), lost="its Ray task ended without sending the run folder "
+                                                             "back", lost_type="RayTaskFailed")
+    status, launched, node_root, data = seen["done"]
+    receive_run_folder(data, run_dir, node_root, suite_dir)
+    return Started(status, launched=launched, placed=seen.get("placed"))
+
+
+def _relay(message: tuple, progress: Progress, seen: dict[str, Any]) -> bool:
+    """One message from a run's task onto the driver's progress line; True once the run folder has arrived."""
+    kind = message[0]
+    if kind == "start":  # the clock starts on the node, as under the local scheduler (not in Ray's queue)
+        seen["placed"] = placed = message[1]
+        progress.started = time.monotonic()
+        progress.note(f"on Ray node {placed['hostname']} ({placed['node_ip']})"
+                      + (f", GPUs {','.join(placed['gpus'])}" if placed["gpus"] else ""))
+    elif kind == "phase":
+        progress.last_phase = message[1]
+    elif kind == "progress":
+        progress.update(message[1], message[2], message[3])
+    elif kind == "done":
+        seen["done"] = message[1:]
+        return True
+    return False
+
+
+def _wait_for_end(generator: Any) -> None:
+    """Give a cancelled task the time to stop its worker (SIGTERM, then SIGKILL after KILL_AFTER_S) before Ray is
+    shut down."""
+    import ray
+    from bench.execution.processes import KILL_AFTER_S
+
+    try:
+        ray.wait([generator.completed()], timeout=KILL_AFTER_S + 10)
+    except Exception:  # noqa: BLE001 - its node is gone: nothing left to wait for
+        pass
+
+
+def _lost(exc: BaseException, placed: dict[str, Any] | None) -> Started:
+    """A run whose task Ray lost: the failed cell names the node (or says the task never reached one)."""
+    cause = getattr(exc, "cause", None) if type(exc).__name__ == "RayTaskError" else None
+    kind = type(cause or exc).__name__
+    where = (f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})" if placed
+             else "before it reached a Ray node")
+    lost_type = "RayNodeLost" if kind in LOST_TYPES else "RayTaskFailed"
+    return Started(None, placed=placed, lost=f"its Ray task ended {where} without sending the run folder back "
+                                             f"({kind}: {_first_line(cause or exc)})", lost_type=lost_type)
+
+
+def stage_inputs(suite_dir: Path, inputs: dict[str, str | None]) -> list[tuple[str, str, Path, str]]:
+    """(run.json key, its path relative to the suite folder, what to send, the name it travels under) for each
+    stage output a run reads: the model folders and the pool whole; of the warm start's folder only its
+    result.json (the start's scores; its model travels as init_model_dir)."""
+    out = []
+    for key, value in inputs.items():
+        if not value:
+            continue
+        path = Path(value)
+        sent = path / RESULT_FILE if key == "warm_start_dir" else path
+        out.append((key, path.relative_to(suite_dir).as_posix(), sent, sent.relative_to(suite_dir).as_posix()))
+    return out
+
+
+__all__ = ["run_all_on_ray", "ray_problem", "run_request", "RaySession", "start_on_ray", "stage_inputs",
+           "RAY_FIX", "check_fits", "cluster_device"]
