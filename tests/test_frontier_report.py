@@ -145,6 +145,23 @@ def test_successor_claims_true(tmp_path: Path) -> None:
     assert "REINFORCE++ (suite engine): 2" in text
 
 
+def test_dynamics_shows_the_ratio_spread_only_where_the_policy_moved(tmp_path: Path) -> None:
+    from bench.report.dynamics import dynamics_table
+
+    moved = dynamics_table(load_suite(write_suite(tmp_path / "moved", methods=SUCCESSORS, seeds=(0, 1),
+                                                  edit=successors_edit(True, True, True, spread=True))))
+    column = "importance-ratio spread (ratio)"
+    rows = {r[0]: dict(zip(moved.header, r)) for r in moved.rows}
+    assert rows["GSPO (suite engine)"][column] == "0.1" and rows["GRPO (suite engine)"][column] == "0.3"
+    assert rows["RLOO (suite engine)"][column] == "—"  # logged no spread in this fixture: a dash, not a zero
+
+    def still(res: dict[str, Any]) -> None:  # one update per rollout: every spread 0 -> no column
+        for point in res["curves"]:
+            point["ratio_std"] = 0.0
+    assert column not in dynamics_table(load_suite(write_suite(tmp_path / "still", methods=SUCCESSORS,
+                                                               edit=still))).header
+
+
 def test_successor_claims_false(tmp_path: Path) -> None:
     from bench.report.claims import NOT_BY_CONSTRUCTION, NOT_SUPPORTED
 

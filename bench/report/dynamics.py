@@ -31,6 +31,9 @@ DYNAMICS = ("reward", "kl", "entropy", "completion_length", "zero_std_groups", "
 """Columns of the training-dynamics table for every online method."""
 PPO_DYNAMICS = ("value_loss", "explained_variance")
 """Critic columns, shown when some method logged them (PPO)."""
+RATIO_DYNAMICS = ("ratio_std",)
+"""The importance ratios' spread, shown when some method's policy moved within a rollout (a non-zero value: two or
+more optimizer steps per rollout, as in the frontier presets); with one step per rollout it is 0 by construction."""
 ONLINE_CURVES = ("reward", "accuracy_reward", "format_reward", "length_penalty_reward", "kl", "entropy",
                  "completion_length", "completion_length_p90", "zero_std_groups", "clipfrac", "grad_norm",
                  "empty_answer_rate", "format_only_rate", "repeated_ngram_rate", "answer_in_think_rate",
@@ -121,7 +124,10 @@ def dynamics_table(suite: Suite) -> fmt.Table:
     if not groups:
         return fmt.Table([], [])
     logged = {n for runs in groups.values() for r in runs for p in _points(r) for n in p}
-    names = [n for n in DYNAMICS if n in logged] + [n for n in PPO_DYNAMICS if n in logged]
+    moved = {n for runs in groups.values() for r in runs for p in _points(r) for n in RATIO_DYNAMICS
+             if fmt.num(p.get(n))}
+    names = ([n for n in DYNAMICS if n in logged] + [n for n in RATIO_DYNAMICS if n in moved]
+             + [n for n in PPO_DYNAMICS if n in logged])
     rows = []
     for label, runs in groups.items():
         cells = [value_text(n, _mean_over([window_mean(_points(r), n) for r in runs])) for n in names]

@@ -13,7 +13,8 @@ METRIC_LABELS: dict[str, str] = {
     "completion_length_p90": "completion length p90", "zero_std_groups": "zero-variance groups",
     # the update
     "kl": "KL(policy ‖ reference)", "entropy": "policy entropy", "grad_norm": "gradient norm before clipping",
-    "clipfrac": "clip fraction", "value_loss": "value loss", "explained_variance": "explained variance",
+    "clipfrac": "clip fraction", "ratio_std": "importance-ratio spread", "value_loss": "value loss",
+    "explained_variance": "explained variance",
     # the reward-hacking and 'aha' monitors
     "empty_answer_rate": "empty answer", "format_only_rate": "right format, wrong answer",
     "repeated_ngram_rate": "repeated 4-gram", "answer_in_think_rate": "answer in think block",
