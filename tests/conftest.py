@@ -9,6 +9,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ray: needs Ray (the ray extra: ./run_all.sh --with-ray); skipped without it")
+
+
 @pytest.fixture
 def one_thread():
     """One torch thread: the tiny models of the engine tests, where on a shared 2-core machine a second thread mostly

@@ -116,8 +116,10 @@ def _environment(name: str, value: str) -> Iterator[None]:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The first sentence of an exception's message (Ray's run to paragraphs), at most 300 characters."""
     text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""
+    line = text.splitlines()[0] if text else ""
+    return line.split(". ", 1)[0].rstrip(".")[:300]
 
 
 # -- what a run asks of a node -------------------------------------------------------------------------------
@@ -152,8 +154,9 @@ class RaySession:
         options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
         try:
             if self.address is None:
+                # "local": a new instance even where another is running (None would join that one)
                 with _environment(WORKER_NICENESS_ENV, "0"):
-                    ray.init(include_dashboard=False, **options)
+                    ray.init(address="local", include_dashboard=False, **options)
                 self.started_here = True
             else:
                 ray.init(address=self.address, **options)
@@ -370,7 +373,7 @@ def _relay(message: tuple, progress: Progress, seen: dict[str, Any]) -> bool:
     if kind == "start":  # the clock starts on the node, as under the local scheduler (not in Ray's queue)
         seen["placed"] = placed = message[1]
         progress.started = time.monotonic()
-        progress.note(f"on Ray node {placed['hostname']} ({placed['node_ip']})"
+        progress.note(f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})"
                       + (f", GPUs {','.join(placed['gpus'])}" if placed["gpus"] else ""))
     elif kind == "phase":
         progress.last_phase = message[1]

@@ -338,9 +338,9 @@ def _record_no_result(spec: Spec, run: PlannedRun, run_dir: Path, inputs: str | 
     killer, or dead for another reason (its log's last lines)."""
     status = started.status
     if stopper.requested.is_set():
+        how = f"the worker stopped (exit status {status})" if status is not None else "its task was cancelled"
         record_failure(run_dir, run, spec, INTERRUPTED, f"the suite was interrupted ({stopper.signal_name}) "
-                       f"and the worker stopped (exit status {status}) before writing a result; --resume "
-                       f"re-runs it", inputs)
+                       f"and {how} before writing a result; --resume re-runs it", inputs)
     elif started.lost is not None:
         record_failure(run_dir, run, spec, started.lost_type, f"{started.lost}; --resume re-runs it", inputs)
     elif not started.launched and status is not None and killed_from_outside(status):
