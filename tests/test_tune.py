@@ -94,7 +94,7 @@ def test_the_shipped_grids_expand_into_the_declared_points() -> None:
     assert size == 1000
     assert len(grids["dpo"].points()) == 2 * 2 * 3  # product: learning rate x beta x loss variant
     assert {p["methods.dpo.loss_type"] for p in grids["dpo"].points()} == {"sigmoid", "ipo", "sigmoid,sft"}
-    assert len(grids["ppo"].points()) == 1 + 2 + 1 + 3  # one at a time over three knobs (the reward model: its own)
+    assert len(grids["ppo"].points()) == 1 + 2 + 1 + 1  # one at a time over three knobs (the reward model: its own)
     # Every axis starts at the preset's own value, so a tune can only match or beat the shipped settings.
     spec = load_spec("cpu-tiny", [])
     for method, grid in grids.items():
@@ -221,6 +221,28 @@ def test_the_tuned_preset_loads_back_and_applies(tmp_path: Path, three_points: A
     assert "grpo" not in tuned.tuning.methods and load_spec("cpu-quick").tuning.source is None
     # Overrides still apply on top of the tuned preset.
     assert load_spec(path, ["train.steps=2"]).train.steps == 2
+
+
+def _dotted(spec: Any, key: str) -> Any:
+    node: Any = spec
+    for part in key.split("."):
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    return node
+
+
+def test_the_shipped_cpu_tiny_runs_what_its_tuning_record_chose() -> None:
+    """cpu-tiny's `tuning:` block quotes the shipped record (bench/config/presets/tuning/cpu-tiny.yaml) and runs
+    every value it chose, the reward model's included, so the page never quotes a tune the preset does not run."""
+    spec = load_spec("cpu-tiny")
+    record_path = Path(__file__).resolve().parents[1] / spec.tuning.source
+    record = yaml.safe_load(record_path.read_text(encoding="utf-8"))["tuning"]["methods"]
+    assert set(spec.tuning.methods) == set(record) and "reward_model" in record
+    for method, entry in spec.tuning.methods.items():
+        assert entry["chosen"] == record[method]["chosen"], method
+        assert entry["score"] == record[method]["score"] and entry["points"] == len(record[method]["scores"]), method
+        for key, value in entry["chosen"].items():
+            shipped = _dotted(spec, key)
+            assert shipped == pytest.approx(value) if isinstance(value, float) else shipped == value, (method, key)
 
 
 def test_extends_resolves_relative_files_and_refuses_a_loop(tmp_path: Path) -> None:
