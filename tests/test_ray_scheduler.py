@@ -32,9 +32,15 @@ needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                reason="Ray is not installed: ./run_all.sh --with-ray (or pip install -e '.[ray]')")
 
 SMALL = ["warm_start.steps=20", "train.steps=2", "task.test_size=16", "sample_pool.prompts=16",
-         "sample_pool.pairs=gold", "threads=1"]
-"""cpu-quick cut to seconds per run, every stage and method kept; gold pairs, so the short warm start still gives
-the reward model and DPO their pairs; one thread per run, so both schedulers run each at the same thread count."""
+         "sample_pool.pairs=gold", "threads=1", "parallel_runs=2"]
+"""cpu-quick cut to seconds per run; gold pairs, so the short warm start still gives the reward model and DPO their
+pairs; one thread per method run and two runs at a time under either scheduler, so both run each at the same thread
+count (and the local one as fast as Ray on two cores)."""
+EVERY_KIND = ["methods.grpo_engine.enabled=false", "methods.ppo_verifier.enabled=false"]
+"""Every stage, and a method of each kind: PPO on the suite's engine (it reads every stage), TRL's GRPO (online)
+and TRL's DPO (offline, from the pool); the other two engine methods add time, not paths. Six runs."""
+ENGINE_ONLY = ["methods.grpo.enabled=false", "methods.ppo.enabled=false", "methods.dpo.enabled=false"]
+"""The warm start and the suite engine's GRPO and PPO (verifier): the quickest runs."""
 STARTED_ON = re.compile(r"\] (\S+): on Ray node \S+ \([^,]+, node id ([0-9a-f]+)\)")
 """A progress line saying where a run's task started: (run id, node id prefix)."""
 
@@ -67,11 +73,11 @@ def jsonl_files(folder: Path) -> dict[str, bytes]:
 @needs_ray
 def test_a_suite_under_ray_ends_ok_with_the_local_schedulers_completions(tmp_path: Path, env: dict[str, str]) -> None:
     local, on_ray = tmp_path / "local", tmp_path / "ray"
-    first = bench(local, env)
+    first = bench(local, env, *EVERY_KIND)
     assert first.returncode == 0, first.stderr[-3000:]
-    second = bench(on_ray, env, "scheduler.name=ray")
+    second = bench(on_ray, env, *EVERY_KIND, "scheduler.name=ray")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert second.stderr.strip().splitlines()[-1].startswith("all 8 runs ok in "), second.stderr[-2000:]
+    assert second.stderr.strip().splitlines()[-1].startswith("all 6 runs ok in "), second.stderr[-2000:]
     assert run_ids(on_ray) == run_ids(local)
     for run_id in run_ids(local):
         written = jsonl_files(on_ray / "runs" / run_id)
@@ -178,7 +184,8 @@ def test_two_nodes_share_the_runs_and_a_lost_node_is_a_failed_cell_that_resume_c
         other = cluster.add_node(num_cpus=1, env_vars={"BENCH_RAY_SCRATCH": str(other_scratch)})
         cluster.wait_for_nodes()
         out = tmp_path / "suite"
-        command = suite_command(out, "scheduler.name=ray", f"scheduler.address={cluster.address}")
+        command = suite_command(out, *ENGINE_ONLY, "seeds=[0,1,2]", "scheduler.name=ray",
+                                f"scheduler.address={cluster.address}")  # six method runs for two nodes
         suite = Watched(command, env, tmp_path / "console.txt")
         lost: list[str] = []
 
@@ -264,7 +271,8 @@ def test_sigint_cancels_every_task_and_leaves_no_ray_process(tmp_path: Path, env
     out = tmp_path / "suite"
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    suite = Watched(suite_command(out, "scheduler.name=ray", "train.steps=40", "methods.dpo.enabled=false"),
+    suite = Watched(suite_command(out, "scheduler.name=ray", "train.steps=40", "methods.dpo.enabled=false",
+                                  "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false"),
                     dict(env, BENCH_RAY_SCRATCH=str(scratch)), tmp_path / "console.txt")
     suite.wait_for(lambda: "grpo-s0: step " in suite.text(), "a training step of grpo-s0")
     processes = _ray_processes(suite.process.pid)

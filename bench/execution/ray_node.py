@@ -3,10 +3,10 @@ a node-local scratch folder (the suite folder's relative layout), start the same
 scheduler (:func:`bench.execution.processes.launch_worker`, or accelerate's launcher), relay its progress to the
 driver while it runs, and send the finished run folder back.
 
-The task is a generator (Ray's streaming generator): it yields ``("start", placement)``, then ``("phase", name)``
-and ``("progress", step, total, metrics)`` as the worker reports them, and ends with
-``("done", status, launched, node_root, folder_bytes)``. A cancel from the driver (Ctrl-C, SIGTERM) arrives as
-KeyboardInterrupt: the worker's process groups get SIGTERM, then SIGKILL after
+The task (:func:`run_task`) sends the driver, through a :class:`Relay` actor, ``("start", placement)``, then
+``("phase", name)`` and ``("progress", step, total, metrics)`` as the worker reports them, and ``("ended",)`` last;
+it returns ``(placement, status, launched, node_root, folder_bytes)``. A cancel from the driver (Ctrl-C, SIGTERM)
+arrives as KeyboardInterrupt: the worker's process groups get SIGTERM, then SIGKILL after
 :data:`bench.execution.processes.KILL_AFTER_S`, as under the local scheduler, and the scratch folder is removed.
 """
 
@@ -36,6 +36,47 @@ RAY_WORKER_ENV = ("OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV")
 RAY_*); an OMP_NUM_THREADS set on the driver is forwarded (bench.execution.ray_scheduler.FORWARDED_ENV)."""
 POLL_S = 0.5
 """Seconds between the task's looks at its worker: how soon a cancel is noticed."""
+
+
+class Relay:
+    """The actor that carries every running task's progress to the driver (one per suite, holding no CPU): tasks
+    :meth:`put` messages, the driver :meth:`drain` s them a few times a second."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, tuple]] = []
+
+    def put(self, run_id: str, message: tuple) -> None:
+        self.messages.append((run_id, message))
+
+    def drain(self) -> list[tuple[str, tuple]]:
+        messages, self.messages = self.messages, []
+        return messages
+
+
+def run_task(spec: Any, job: dict[str, Any], inputs: list[tuple[str, str, Any]], cpus: float,
+             forwarded: dict[str, str], suite_name: str, relay: Any) -> tuple:
+    """A run's Ray task: :func:`run_on_node`, its messages sent to ``relay`` (best effort: a lost relay costs the
+    progress lines, never the run); returns ``(placement, status, launched, node_root, folder_bytes)``."""
+    placed = None
+    try:
+        for message in run_on_node(spec, job, inputs, cpus, forwarded, suite_name):
+            if message[0] == "done":
+                return (placed, *message[1:])
+            if message[0] == "start":
+                placed = message[1]
+            _tell(relay, job["run_id"], message)
+    finally:
+        _tell(relay, job["run_id"], ("ended",))
+    raise RuntimeError("the run's task ended without its run folder")  # run_on_node always ends with "done"
+
+
+def _tell(relay: Any, run_id: str, message: tuple) -> None:
+    import ray
+
+    try:
+        ray.get(relay.put.remote(run_id, message), timeout=30)
+    except Exception:  # noqa: BLE001 - the relay's node is gone: the run goes on without its progress lines
+        pass
 
 
 class NodeProgress:
@@ -183,4 +224,4 @@ def _drain(messages: queue.Queue) -> Iterator[tuple]:
         yield latest
 
 
-__all__ = ["run_on_node", "node_placement", "share_of_node", "lay_out", "node_env", "SCRATCH_ENV", "NodeProgress"]
+__all__ = ["run_task", "Relay", "run_on_node", "node_placement", "share_of_node", "lay_out", "node_env", "SCRATCH_ENV", "NodeProgress"]

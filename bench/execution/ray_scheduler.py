@@ -14,24 +14,22 @@ task (the task stops its worker as the local scheduler would) before Ray is shut
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
-import logging
 import os
 import socket
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, Callable, TextIO
 
 from bench.errors import UserError
 from bench.execution.plan import PlannedRun
 from bench.execution.processes import Progress, Started, Stopper
-from bench.execution.ray_transfer import pack, receive_run_folder
+from bench.execution.ray_session import RaySession, first_sentence
+from bench.execution.ray_transfer import receive_run_folder
 from bench.execution.worker import RUN_FILE
 from bench.results import RESULT_FILE, write_json_atomic
 
@@ -45,10 +43,6 @@ resources), so a `bench run` against a dead address ends within a minute."""
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS")
 """Variables of the driver's environment every worker gets on its node, when set here: the hub's offline switches
 (a suite told to stay offline stays offline on every node) and an explicit OpenMP thread count."""
-WORKER_NICENESS_ENV = "RAY_worker_niceness"
-"""Ray starts its worker processes at nice 15 (seen in a task: os.getpriority) unless this says otherwise, and a
-run's worker inherits it. A Ray started here sets 0, the priority the local scheduler's workers have, so a run on a
-machine shared with other work competes as it would without Ray. A joined cluster keeps its own setting."""
 MAX_WAITING_THREADS = 256
 """Most method runs submitted to Ray at once (one driver thread each waits for its task); the rest queue here."""
 LOST_TYPES = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
@@ -68,7 +62,7 @@ def ray_problem(address: str | None) -> str | None:
         return f"'scheduler.name' is 'ray' but Ray is not installed here; {RAY_FIX}, or set scheduler.name=local"
     except Exception as exc:  # noqa: BLE001 - a broken install: its last line is the reason
         return (f"'scheduler.name' is 'ray' but Ray does not import here ({type(exc).__name__}: "
-                f"{_first_line(exc)}); reinstall it: {RAY_FIX}")
+                f"{first_sentence(exc)}); reinstall it: {RAY_FIX}")
     if address is None:
         return None
     where = f"'scheduler.address' {address!r}"
@@ -101,27 +95,6 @@ def _join_problem(address: str, where: str, fix: str) -> str | None:
     return f"{where}: Ray could not join it ({lines[-1][:300] if lines else f'exit status {proc.returncode}'}); {fix}"
 
 
-@contextlib.contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    """``name=value`` in this process's environment for the block (what processes started in it inherit)."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first sentence of an exception's message (Ray's run to paragraphs), at most 300 characters."""
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
-    return line.split(". ", 1)[0].rstrip(".")[:300]
-
-
 # -- what a run asks of a node -------------------------------------------------------------------------------
 def run_request(spec: Any, run: PlannedRun, device: str) -> tuple[float, float]:
     """(CPUs, GPUs) a run's task asks Ray for: its torch threads (``threads``, 1 when 0) and, on ``device`` cuda,
@@ -132,94 +105,6 @@ def run_request(spec: Any, run: PlannedRun, device: str) -> tuple[float, float]:
     if device != "cuda":
         return cpus, 0.0
     return cpus, float(processes_for(spec, run.name) if run.kind != "stage" else 1)
-
-
-class RaySession:
-    """One suite's connection to Ray: started or joined by :meth:`open`, ended by :meth:`close` (a Ray instance
-    started here is shut down, so no Ray process outlives the suite); the stage outputs already in the object
-    store; the tasks running, for :meth:`cancel_all`."""
-
-    def __init__(self, address: str | None, stream: TextIO) -> None:
-        self.address, self.stream = address, stream
-        self.started_here = False
-        self._refs: dict[str, Any] = {}
-        self._running: set[Any] = set()
-        self._cancelled = False
-        self._lock = threading.Lock()
-
-    def open(self) -> dict[str, Any]:
-        """Start or join Ray; returns the cluster as suite.json records it (address, nodes, resources)."""
-        import ray
-
-        options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
-        try:
-            if self.address is None:
-                # "local": a new instance even where another is running (None would join that one)
-                with _environment(WORKER_NICENESS_ENV, "0"):
-                    ray.init(address="local", include_dashboard=False, **options)
-                self.started_here = True
-            else:
-                ray.init(address=self.address, **options)
-        except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ...: one line, exit 2
-            raise UserError(f"Ray could not {'start here' if self.address is None else f'join {self.address!r}'} "
-                            f"({type(exc).__name__}: {_first_line(exc)}); check `ray status`, or set "
-                            f"scheduler.name=local") from None
-        return {"scheduler": "ray", "address": self.address or "started here", "nodes": self.nodes()}
-
-    @staticmethod
-    def nodes() -> list[dict[str, Any]]:
-        """Each live node: its id, IP and CPUs and GPUs as Ray counts them."""
-        import ray
-
-        return [{"node_id": n["NodeID"], "node_ip": n.get("NodeManagerAddress"),
-                 "cpus": n.get("Resources", {}).get("CPU", 0.0), "gpus": n.get("Resources", {}).get("GPU", 0.0)}
-                for n in ray.nodes() if n.get("Alive")]
-
-    def close(self) -> None:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-
-    def input_ref(self, path: Path, arcname: str) -> Any:
-        """The object holding ``path`` as tar bytes under ``arcname`` (put once, then shared)."""
-        import ray
-
-        with self._lock:
-            if arcname not in self._refs:
-                self._refs[arcname] = ray.put(pack(path, arcname))
-            return self._refs[arcname]
-
-    def track(self, task: Any) -> None:
-        """Remember a running task, or cancel it at once when a stop already came."""
-        with self._lock:
-            self._running.add(task)
-            cancelled = self._cancelled
-        if cancelled:
-            self._cancel(task)
-
-    def untrack(self, task: Any) -> None:
-        with self._lock:
-            self._running.discard(task)
-
-    def cancel_all(self) -> None:
-        """Cancel every task submitted and not finished (queued ones never start; running ones stop their worker)."""
-        with self._lock:
-            if self._cancelled:
-                return
-            self._cancelled = True
-            running = list(self._running)
-        for task in running:
-            self._cancel(task)
-
-    @staticmethod
-    def _cancel(task: Any) -> None:
-        import ray
-
-        try:
-            ray.cancel(task)
-        except Exception:  # noqa: BLE001 - finished meanwhile, or its node is gone: nothing left to stop
-            pass
 
 
 # -- the suite under Ray ---------------------------------------------------------------------------------------
@@ -334,67 +219,31 @@ def _wait_or_cancel(futures: list[Future], stopper: Stopper, session: RaySession
 def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, progress: Progress, stopper: Stopper,
                  session: RaySession, device: str) -> Started:
     """The Ray scheduler's start (:data:`bench.execution.runner.StartWorker`): submit the run's task with the
-    stage outputs it reads, relay its progress, and unpack the run folder it sends back into ``run_dir``."""
+    stage outputs it reads, relay its progress while it runs, and unpack the run folder it sends back into
+    ``run_dir``."""
     import ray
-    from bench.execution.ray_node import run_on_node
+    from bench.execution.ray_node import run_task
 
     job = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     inputs = [(key, relative, session.input_ref(path, arcname))
               for key, relative, path, arcname in stage_inputs(suite_dir, job.get("inputs") or {})]
     cpus, gpus = run_request(spec, run, device)
     forwarded = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
-    task = ray.remote(run_on_node).options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
-                                           name=f"bench:{run.run_id}")
-    generator = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name)
-    session.track(generator)
-    seen: dict[str, Any] = {}
+    task = ray.remote(run_task).options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
+                                        name=f"bench:{run.run_id}")
+    session.expect(run.run_id, progress)
+    ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay)
+    session.track(run.run_id, ref)
     try:
-        for ref in generator:
-            if _relay(ray.get(ref), progress, seen):
-                break
+        placed, status, launched, node_root, data = ray.get(ref)
     except ray.exceptions.RayError as exc:
         if stopper.requested.is_set():  # cancelled by the stop: recorded as interrupted, as under the local one
-            _wait_for_end(generator)
-            return Started(None, placed=seen.get("placed"))
-        return _lost(exc, seen.get("placed"))
-    finally:
-        session.untrack(generator)
-    if "done" not in seen:  # the stream ended without the folder: a task that returned early
-        return Started(None, placed=seen.get("placed"), lost="its Ray task ended without sending the run folder "
-                                                             "back", lost_type="RayTaskFailed")
-    status, launched, node_root, data = seen["done"]
+            session.wait_until_ended(run.run_id)
+            return Started(None, placed=session.untrack(run.run_id))
+        return _lost(exc, session.untrack(run.run_id))
+    session.untrack(run.run_id)
     receive_run_folder(data, run_dir, node_root, suite_dir)
-    return Started(status, launched=launched, placed=seen.get("placed"))
-
-
-def _relay(message: tuple, progress: Progress, seen: dict[str, Any]) -> bool:
-    """One message from a run's task onto the driver's progress line; True once the run folder has arrived."""
-    kind = message[0]
-    if kind == "start":  # the clock starts on the node, as under the local scheduler (not in Ray's queue)
-        seen["placed"] = placed = message[1]
-        progress.started = time.monotonic()
-        progress.note(f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})"
-                      + (f", GPUs {','.join(placed['gpus'])}" if placed["gpus"] else ""))
-    elif kind == "phase":
-        progress.last_phase = message[1]
-    elif kind == "progress":
-        progress.update(message[1], message[2], message[3])
-    elif kind == "done":
-        seen["done"] = message[1:]
-        return True
-    return False
-
-
-def _wait_for_end(generator: Any) -> None:
-    """Give a cancelled task the time to stop its worker (SIGTERM, then SIGKILL after KILL_AFTER_S) before Ray is
-    shut down."""
-    import ray
-    from bench.execution.processes import KILL_AFTER_S
-
-    try:
-        ray.wait([generator.completed()], timeout=KILL_AFTER_S + 10)
-    except Exception:  # noqa: BLE001 - its node is gone: nothing left to wait for
-        pass
+    return Started(status, launched=launched, placed=placed)
 
 
 def _lost(exc: BaseException, placed: dict[str, Any] | None) -> Started:
@@ -405,7 +254,7 @@ def _lost(exc: BaseException, placed: dict[str, Any] | None) -> Started:
              else "before it reached a Ray node")
     lost_type = "RayNodeLost" if kind in LOST_TYPES else "RayTaskFailed"
     return Started(None, placed=placed, lost=f"its Ray task ended {where} without sending the run folder back "
-                                             f"({kind}: {_first_line(cause or exc)})", lost_type=lost_type)
+                                             f"({kind}: {first_sentence(cause or exc)})", lost_type=lost_type)
 
 
 def stage_inputs(suite_dir: Path, inputs: dict[str, str | None]) -> list[tuple[str, str, Path, str]]:

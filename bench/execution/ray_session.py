@@ -1,0 +1,206 @@
+"""One suite's connection to Ray (the driver's side of :mod:`bench.execution.ray_scheduler`): starting a Ray
+instance here or joining a cluster, and closing it however the suite ends; the stage outputs put in the object
+store once; the relay that carries each running task's progress to its progress line; and cancelling every task.
+
+Progress travels through a small actor (:class:`bench.execution.ray_node.Relay`) rather than a streaming generator
+because Ray Client (``ray://HOST:PORT``) cannot stream a generator's results; one relay serves every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+from bench.errors import UserError
+from bench.execution.processes import KILL_AFTER_S, Progress
+from bench.execution.ray_transfer import pack
+
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
+"""Ray starts its worker processes at nice 15 (seen in a task: os.getpriority) unless this says otherwise, and a
+run's worker inherits it. A Ray started here sets 0, the priority the local scheduler's workers have, so a run on a
+machine shared with other work competes as it would without Ray. A joined cluster keeps its own setting."""
+RELAY_POLL_S = 0.3
+"""Seconds between the driver's collections of the relayed progress."""
+
+
+def first_sentence(exc: BaseException) -> str:
+    """The first sentence of an exception's message (Ray's run to paragraphs), at most 300 characters."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return line.split(". ", 1)[0].rstrip(".")[:300]
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``name=value`` in this process's environment for the block (what processes started in it inherit)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+class RaySession:
+    """One suite's connection to Ray: started or joined by :meth:`open`, ended by :meth:`close` (a Ray instance
+    started here is shut down, so no Ray process outlives the suite); the stage outputs already in the object
+    store; the tasks running, each with its progress line, for the relay and :meth:`cancel_all`."""
+
+    def __init__(self, address: str | None, stream: TextIO) -> None:
+        self.address, self.stream = address, stream
+        self.started_here = False
+        self.relay: Any = None
+        self._refs: dict[str, Any] = {}
+        self._running: dict[str, tuple[Any, Progress]] = {}
+        self._placed: dict[str, dict[str, Any]] = {}
+        self._ended: set[str] = set()
+        self._cancelled = False
+        self._lock = threading.Lock()
+        self._relay_lock = threading.Lock()
+        self._closing = threading.Event()
+
+    def open(self) -> dict[str, Any]:
+        """Start or join Ray and start the relay; returns the cluster as suite.json records it."""
+        import ray
+
+        from bench.execution.ray_node import Relay
+
+        options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+        try:
+            if self.address is None:
+                # "local": a new instance even where another is running (None would join that one)
+                with _environment(WORKER_NICENESS_ENV, "0"):
+                    ray.init(address="local", include_dashboard=False, **options)
+                self.started_here = True
+            else:
+                ray.init(address=self.address, **options)
+            self.relay = ray.remote(num_cpus=0, max_restarts=0)(Relay).remote()
+        except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ...: one line, exit 2
+            raise UserError(f"Ray could not {'start here' if self.address is None else f'join {self.address!r}'} "
+                            f"({type(exc).__name__}: {first_sentence(exc)}); check `ray status`, or set "
+                            f"scheduler.name=local") from None
+        threading.Thread(target=self._pump_until_closed, name="ray-relay", daemon=True).start()
+        return {"scheduler": "ray", "address": self.address or "started here", "nodes": self.nodes()}
+
+    @staticmethod
+    def nodes() -> list[dict[str, Any]]:
+        """Each live node: its id, IP and CPUs and GPUs as Ray counts them."""
+        import ray
+
+        return [{"node_id": n["NodeID"], "node_ip": n.get("NodeManagerAddress"),
+                 "cpus": n.get("Resources", {}).get("CPU", 0.0), "gpus": n.get("Resources", {}).get("GPU", 0.0)}
+                for n in ray.nodes() if n.get("Alive")]
+
+    def close(self) -> None:
+        """Stop relaying and leave Ray (shutting down a Ray started here)."""
+        import ray
+
+        self._closing.set()
+        if ray.is_initialized():
+            ray.shutdown()
+
+    def input_ref(self, path: Path, arcname: str) -> Any:
+        """The object holding ``path`` as tar bytes under ``arcname`` (put once, then shared)."""
+        import ray
+
+        with self._lock:
+            if arcname not in self._refs:
+                self._refs[arcname] = ray.put(pack(path, arcname))
+            return self._refs[arcname]
+
+    # -- running tasks ----------------------------------------------------------------------------------
+    def expect(self, run_id: str, progress: Progress) -> None:
+        """Route ``run_id``'s relayed progress to ``progress`` (before its task is submitted: nothing is missed)."""
+        with self._lock:
+            self._running[run_id] = (None, progress)
+
+    def track(self, run_id: str, task: Any) -> None:
+        """Remember ``run_id``'s submitted task; cancel it at once when a stop already came."""
+        with self._lock:
+            self._running[run_id] = (task, self._running[run_id][1])
+            cancelled = self._cancelled
+        if cancelled:
+            self._cancel(task)
+
+    def untrack(self, run_id: str) -> dict[str, Any] | None:
+        """Stop routing ``run_id`` after relaying what it sent; returns where its task ran (None if unknown)."""
+        self.pump()
+        with self._lock:
+            self._running.pop(run_id, None)
+            return self._placed.get(run_id)
+
+    def wait_until_ended(self, run_id: str, timeout: float = KILL_AFTER_S + 10) -> None:
+        """After a cancel: until the task says it has stopped its worker and removed its scratch folder (its
+        last relayed message), so that Ray is not shut down under it; at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while run_id not in self._ended and time.monotonic() < deadline:
+            self.pump()
+            time.sleep(RELAY_POLL_S)
+
+    def cancel_all(self) -> None:
+        """Cancel every task submitted and not finished (queued ones never start; running ones stop their worker)."""
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            running = [task for task, _ in self._running.values() if task is not None]
+        for task in running:
+            self._cancel(task)
+
+    @staticmethod
+    def _cancel(task: Any) -> None:
+        import ray
+
+        try:
+            ray.cancel(task)
+        except Exception:  # noqa: BLE001 - finished meanwhile, or its node is gone: nothing left to stop
+            pass
+
+    # -- the relay ---------------------------------------------------------------------------------------
+    def pump(self) -> None:
+        """Collect what the tasks relayed and show it on their progress lines."""
+        import ray
+
+        with self._relay_lock:
+            try:
+                messages = ray.get(self.relay.drain.remote(), timeout=30)
+            except Exception:  # noqa: BLE001 - the relay's node is gone or Ray is closing: progress is best effort
+                return
+            for run_id, message in messages:
+                self._show(run_id, message)
+
+    def _pump_until_closed(self) -> None:
+        while not self._closing.wait(RELAY_POLL_S):
+            self.pump()
+
+    def _show(self, run_id: str, message: tuple) -> None:
+        kind = message[0]
+        if kind == "ended":
+            self._ended.add(run_id)
+            return
+        with self._lock:
+            progress = self._running.get(run_id, (None, None))[1]
+        if kind == "start":
+            self._placed[run_id] = placed = message[1]
+        if progress is None:
+            return
+        if kind == "start":  # the clock starts on the node, as under the local scheduler (not in Ray's queue)
+            progress.started = time.monotonic()
+            progress.note(f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id "
+                          f"{placed['node_id'][:16]})" + (f", GPUs {','.join(placed['gpus'])}" if placed["gpus"]
+                                                          else ""))
+        elif kind == "phase":
+            progress.last_phase = message[1]
+        elif kind == "progress":
+            progress.update(message[1], message[2], message[3])
+
+
+__all__ = ["RaySession", "first_sentence", "WORKER_NICENESS_ENV"]
