@@ -1,0 +1,131 @@
+"""The Ray scheduler's parts that need no Ray: the scheduler block's validation, what a run asks of a node, the
+thread share on a node, the worker's environment there, which stage outputs travel, and the run folder's way back
+(atomic, the driver's run.json kept, node paths moved back, nothing unpacked outside its folder)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from spec_errors import spec_error
+
+from bench.config.loading import load_spec
+from bench.execution.plan import make_plan
+from bench.execution.ray_node import lay_out, node_env, share_of_node
+from bench.execution.ray_scheduler import check_fits, cluster_device, run_request, stage_inputs
+from bench.execution.ray_transfer import pack, receive_run_folder, unpack
+from bench.errors import UserError
+
+
+def test_the_scheduler_block_is_validated_in_one_line() -> None:
+    assert load_spec("cpu-quick").scheduler.name == "local" and load_spec("cpu-quick").scheduler.address is None
+    assert load_spec("cpu-quick", ["scheduler.name=ray", "scheduler.address=ray://head:10001"]).scheduler.address \
+        == "ray://head:10001"
+    for address in ("auto", "10.0.0.5:6379", "[::1]:6379"):
+        assert load_spec("cpu-quick", ["scheduler.name=ray", f"scheduler.address={address}"]).scheduler.address \
+            == address
+    assert "'scheduler.name' must be one of 'local', 'ray', got 'slurm'" in spec_error(["scheduler.name=slurm"])
+    assert "but 'scheduler.name' is 'local'; add scheduler.name=ray" in spec_error(["scheduler.address=auto"])
+    assert "'scheduler.address' must be null" in spec_error(["scheduler.name=ray", "scheduler.address=http://x"])
+    assert "drop gpus" in spec_error(["scheduler.name=ray", "gpus=[0]"])
+    assert "unknown key 'scheduler.nme'" in spec_error(["scheduler.nme=ray"])
+
+
+def test_a_run_asks_for_its_threads_and_on_a_gpu_for_its_processes() -> None:
+    spec = load_spec("cpu-quick")
+    stage, method = make_plan(spec)[0], make_plan(spec)[-1]
+    assert run_request(spec, method, "cpu") == (1.0, 0.0)  # threads 0: one CPU
+    assert run_request(load_spec("cpu-quick", ["threads=3"]), method, "cpu") == (3.0, 0.0)
+    assert run_request(spec, method, "cuda") == (1.0, 1.0) and run_request(spec, stage, "cuda") == (1.0, 1.0)
+    spec.launcher.name, spec.launcher.num_processes = "accelerate", 4  # as --launcher accelerate --num-processes 4
+    assert run_request(spec, method, "cuda") == (1.0, 4.0)
+    assert run_request(spec, stage, "cuda") == (1.0, 1.0)  # stages stay one process
+    nodes = [{"node_id": "a", "node_ip": "10.0.0.1", "cpus": 8.0, "gpus": 0.0}]
+    assert cluster_device("auto", nodes) == "cpu" and cluster_device("cpu", [dict(nodes[0], gpus=2.0)]) == "cpu"
+    assert cluster_device("auto", nodes + [dict(nodes[0], gpus=2.0)]) == "cuda"
+
+
+def test_a_run_no_node_can_take_is_refused_on_a_ray_started_here_and_a_warning_on_a_cluster() -> None:
+    spec = load_spec("cpu-quick", ["threads=4"])
+    nodes = [{"node_id": "a", "node_ip": "10.0.0.1", "cpus": 2.0, "gpus": 0.0}]
+    with pytest.raises(UserError, match="asks Ray for 4 CPUs and 0 GPUs, which no node has"):
+        check_fits(spec, make_plan(spec), "cpu", nodes, True, io.StringIO())
+    said = io.StringIO()
+    check_fits(spec, make_plan(spec), "cpu", nodes, False, said)
+    assert said.getvalue().startswith("bench: warning: run warm_start asks Ray for 4 CPUs")
+    check_fits(spec, make_plan(spec), "cpu", [dict(nodes[0], cpus=4.0)], True, io.StringIO())  # fits: no error
+
+
+def test_a_node_share_sets_the_threads_only_when_threads_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("bench.execution.cpu_threads.available_cores", lambda: 8)
+    assert share_of_node(0, 1.0, 1) == 8  # 8 cores / 8 runs: one thread each
+    assert share_of_node(0, 2.0, 1) == 4
+    assert share_of_node(2, 2.0, 1) == 1 and share_of_node(1, 1.0, 2) == 2  # threads set: the plan's, as locally
+
+
+def test_the_worker_on_a_node_gets_the_nodes_environment_without_rays(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"RAY_RAYLET_PID": "1", "RAY_JOB_ID": "x", "OMP_NUM_THREADS": "1", "PYTHONBREAKPOINT": "r",
+                        "MY_SETTING": "kept"}.items():
+        monkeypatch.setenv(name, value)
+    env = node_env({"HF_HUB_OFFLINE": "1"})
+    assert env["MY_SETTING"] == "kept" and env["HF_HUB_OFFLINE"] == "1"
+    assert not [k for k in env if k.startswith("RAY_")] and "OMP_NUM_THREADS" not in env
+    assert node_env({"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"  # the driver's own setting travels
+
+
+def test_the_warm_start_sends_its_model_and_its_scores_only(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    inputs = {"init_model_dir": str(suite / "runs/warm_start/model"), "warm_start_dir": str(suite / "runs/warm_start"),
+              "pool_path": str(suite / "runs/sample_pool/pool.jsonl"), "reward_model_dir": None}
+    assert stage_inputs(suite, inputs) == [
+        ("init_model_dir", "runs/warm_start/model", suite / "runs/warm_start/model", "runs/warm_start/model"),
+        ("warm_start_dir", "runs/warm_start", suite / "runs/warm_start/result.json", "runs/warm_start/result.json"),
+        ("pool_path", "runs/sample_pool/pool.jsonl", suite / "runs/sample_pool/pool.jsonl",
+         "runs/sample_pool/pool.jsonl")]
+
+
+def test_stage_outputs_land_in_the_suites_layout_on_the_node(tmp_path: Path) -> None:
+    suite, node = tmp_path / "suite", tmp_path / "node" / "suite"
+    (suite / "runs/warm_start/model").mkdir(parents=True)
+    (suite / "runs/warm_start/model/config.json").write_text("{}")
+    job = {"run_id": "grpo-s0", "inputs": {"init_model_dir": str(suite / "runs/warm_start/model")}}
+    run_dir = lay_out(node, job, [("init_model_dir", "runs/warm_start/model",
+                                   pack(suite / "runs/warm_start/model", "runs/warm_start/model"))])
+    assert run_dir == node / "runs/grpo-s0"
+    written = json.loads((run_dir / "run.json").read_text())
+    assert written["inputs"] == {"init_model_dir": str(node / "runs/warm_start/model")}
+    assert (node / "runs/warm_start/model/config.json").read_text() == "{}"
+
+
+def test_a_run_folder_comes_back_whole_with_the_drivers_paths(tmp_path: Path) -> None:
+    suite, node_root = tmp_path / "suite", tmp_path / "scratch" / "suite"
+    run_dir = suite / "runs" / "ppo-s0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text('{"asked": "by the driver"}')
+    (run_dir / "stale.txt").write_text("from an earlier attempt")
+    sent = node_root / "runs" / "ppo-s0"
+    sent.mkdir(parents=True)
+    (sent / "run.json").write_text('{"asked": "rewritten on the node"}')
+    (sent / "result.json").write_text(json.dumps({"model": str(node_root / "runs/warm_start/model")}))
+    (sent / "completions.jsonl").write_text('{"text": "7"}\n')
+    receive_run_folder(pack(sent, "."), run_dir, str(node_root), suite)
+    assert json.loads((run_dir / "result.json").read_text()) == {"model": str(suite / "runs/warm_start/model")}
+    assert (run_dir / "run.json").read_text() == '{"asked": "by the driver"}'
+    assert (run_dir / "completions.jsonl").read_text() == '{"text": "7"}\n'
+    assert not (run_dir / "stale.txt").exists()
+    assert sorted(p.name for p in (suite / "runs").iterdir()) == ["ppo-s0"]  # no temporary sibling left
+
+
+def test_an_archive_member_outside_its_folder_is_refused(tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        data = b"x"
+        member = tarfile.TarInfo("../escaped.txt")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    with pytest.raises((tarfile.TarError, ValueError)):  # the data filter's OutsideDestinationError, or ours
+        unpack(buffer.getvalue(), tmp_path / "root")
+    assert not (tmp_path / "escaped.txt").exists()
