@@ -222,15 +222,14 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
     stage outputs it reads, relay its progress while it runs, and unpack the run folder it sends back into
     ``run_dir``."""
     import ray
-    from bench.execution.ray_node import run_task
 
     job = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     inputs = [(key, relative, session.input_ref(path, arcname))
               for key, relative, path, arcname in stage_inputs(suite_dir, job.get("inputs") or {})]
     cpus, gpus = run_request(spec, run, device)
     forwarded = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
-    task = ray.remote(run_task).options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
-                                        name=f"bench:{run.run_id}")
+    task = session.run_task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
+                                    name=f"bench:{run.run_id}")
     session.expect(run.run_id, progress)
     ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay)
     session.track(run.run_id, ref)

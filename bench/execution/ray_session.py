@@ -58,6 +58,7 @@ class RaySession:
         self.address, self.stream = address, stream
         self.started_here = False
         self.relay: Any = None
+        self.run_task: Any = None
         self._refs: dict[str, Any] = {}
         self._running: dict[str, tuple[Any, Progress]] = {}
         self._placed: dict[str, dict[str, Any]] = {}
@@ -71,7 +72,7 @@ class RaySession:
         """Start or join Ray and start the relay; returns the cluster as suite.json records it."""
         import ray
 
-        from bench.execution.ray_node import Relay
+        from bench.execution.ray_node import Relay, run_task
 
         options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
         try:
@@ -83,6 +84,7 @@ class RaySession:
             else:
                 ray.init(address=self.address, **options)
             self.relay = ray.remote(num_cpus=0, max_restarts=0)(Relay).remote()
+            self.run_task = ray.remote(run_task)  # each run's options (CPUs, GPUs, name) are set at submission
         except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ...: one line, exit 2
             raise UserError(f"Ray could not {'start here' if self.address is None else f'join {self.address!r}'} "
                             f"({type(exc).__name__}: {first_sentence(exc)}); check `ray status`, or set "
