@@ -40,7 +40,7 @@ POLL_S = 0.5
 
 class Relay:
     """The actor that carries every running task's progress to the driver (one per suite, holding no CPU): tasks
-    :meth:`put` messages, the driver :meth:`drain` s them a few times a second."""
+    put messages in, the driver drains them a few times a second."""
 
     def __init__(self) -> None:
         self.messages: list[tuple[str, tuple]] = []

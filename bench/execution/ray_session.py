@@ -86,6 +86,7 @@ class RaySession:
             self.relay = ray.remote(num_cpus=0, max_restarts=0)(Relay).remote()
             self.run_task = ray.remote(run_task)  # each run's options (CPUs, GPUs, name) are set at submission
         except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ...: one line, exit 2
+            self.close()  # joined or started before the relay failed: leave nothing running
             raise UserError(f"Ray could not {'start here' if self.address is None else f'join {self.address!r}'} "
                             f"({type(exc).__name__}: {first_sentence(exc)}); check `ray status`, or set "
                             f"scheduler.name=local") from None
