@@ -94,8 +94,9 @@ def check_suite_dir(spec: Spec, suite_dir: Path, resume: bool) -> None:
         except (OSError, ValueError, RecursionError) as exc:
             raise UserError(f"--resume: '{suite_file}' is unreadable ({type(exc).__name__}); "
                             f"start a new --out folder") from None
-        if not isinstance(old, dict) or old.get("spec") != spec.to_dict():
-            old_spec = old.get("spec", {}) if isinstance(old, dict) else {}
+        old_spec = old.get("spec") if isinstance(old, dict) else None
+        old_spec = backfilled(old_spec, Spec().to_dict()) if isinstance(old_spec, dict) else {}
+        if old_spec != spec.to_dict():
             changed = sorted(_changed_keys(old_spec, spec.to_dict()))
             raise UserError(f"--resume: the spec differs from the one '{suite_dir}' was run with "
                             f"({', '.join(changed[:5]) or 'unknown keys'}); use the same preset and overrides, "
@@ -103,6 +104,19 @@ def check_suite_dir(spec: Spec, suite_dir: Path, resume: bool) -> None:
     elif suite_dir.exists() and any(p.name != LOCK_FILE for p in suite_dir.iterdir()):
         raise UserError(f"output folder '{suite_dir}' already exists and is not empty; pass --resume to continue it "
                         f"or choose another --out")
+
+
+def backfilled(recorded: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``recorded`` (a suite.json's spec) with every key it lacks taken from ``defaults`` (a default Spec's), at
+    every depth. A folder written before a key existed ran as that key's default says (a new key defaults to the
+    old behaviour: the local scheduler, GRPO's successors off), so --resume must not call the missing key a change."""
+    out = dict(recorded)
+    for key, value in defaults.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(out[key], dict) and isinstance(value, dict):
+            out[key] = backfilled(out[key], value)
+    return out
 
 
 def prepare_suite_dir(spec: Spec, suite_dir: Path, runs: list[PlannedRun], resume: bool,
