@@ -56,6 +56,7 @@ FORBIDDEN: dict[str, str] = {
     "device": "every point runs on the same device", "gpus": "every point runs on the same GPUs",
     "threads": "a point's timing must not change with its thread count", "parallel_runs": "it is how runs are scheduled",
     "name": "it names the whole suite", "description": "it describes the whole suite",
+    "scheduler.name": "it is how runs are scheduled", "scheduler.address": "it is where runs are scheduled",
 }
 """Keys an axis may not name, with the reason shown in the error."""
 
