@@ -34,6 +34,19 @@ def test_the_scheduler_block_is_validated_in_one_line() -> None:
     assert "unknown key 'scheduler.nme'" in spec_error(["scheduler.nme=ray"])
 
 
+def test_the_plan_says_how_its_runs_are_scheduled() -> None:
+    from bench.execution.plan import describe_plan
+
+    def header(*overrides: str) -> str:
+        spec = load_spec("cpu-quick", list(overrides))
+        return next(line for line in describe_plan(spec, make_plan(spec)).splitlines() if " runs (stages" in line)
+
+    assert "1 method run(s) at a time" in header()
+    ray = header("scheduler.name=ray")
+    assert "a Ray task on a Ray instance started for the suite" in ray and "at a time" not in ray
+    assert "the Ray cluster at ray://head:10001" in header("scheduler.name=ray", "scheduler.address=ray://head:10001")
+
+
 def test_a_run_asks_for_its_threads_and_on_a_gpu_for_its_processes() -> None:
     spec = load_spec("cpu-quick")
     stage, method = make_plan(spec)[0], make_plan(spec)[-1]

@@ -113,6 +113,18 @@ def describe_method(spec: Spec, method: str) -> list[str]:
     return lines
 
 
+def schedule_text(spec: Spec) -> str:
+    """How the method runs are started, for the plan's header line."""
+    if spec.scheduler.name == "ray":
+        where = "a Ray instance started for the suite" if spec.scheduler.address is None else (
+            f"the Ray cluster at {spec.scheduler.address}")
+        return f"each method run a Ray task on {where}, as many at once as its free CPUs and GPUs allow"
+    if spec.parallel_runs == "auto":
+        return "one method run per free GPU, or one at a time on a CPU (parallel_runs: auto)"
+    mine = ", each on a GPU of its own" if spec.parallel_runs != 1 and spec.device != "cpu" else ""
+    return f"{spec.parallel_runs} method run(s) at a time{mine}"
+
+
 def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
     """Human-readable plan (what --dry-run prints)."""
     t = spec.train
@@ -128,11 +140,7 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
         f"sample pool pairs: {spec.sample_pool.pairs}; evaluation: "
         + (f"{spec.task.test_size} questions, greedy" if spec.eval.enabled else "off (eval.enabled: false)"),
         seed_scope_text(spec),
-        f"{len(runs)} runs (stages one at a time, then "
-        + ("one method run per free GPU, or one at a time on a CPU (parallel_runs: auto)" if spec.parallel_runs == "auto"
-           else f"{spec.parallel_runs} method run(s) at a time" + (", each on a GPU of its own"
-                                                                    if spec.parallel_runs != 1 and spec.device != "cpu"
-                                                                    else ""))
+        f"{len(runs)} runs (stages one at a time, then {schedule_text(spec)}"
         + (f", {spec.threads} torch thread(s) each):" if spec.threads else "):"),
     ]
     if spec.sweep.axes:
