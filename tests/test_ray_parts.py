@@ -43,7 +43,7 @@ def test_the_plan_says_how_its_runs_are_scheduled() -> None:
 
     assert "1 method run(s) at a time" in header()
     ray = header("scheduler.name=ray")
-    assert "a Ray task on a Ray instance started for the suite" in ray and "at a time" not in ray
+    assert "a Ray task on a Ray instance started for the suite" in ray and "method run(s) at a time" not in ray
     assert "the Ray cluster at ray://head:10001" in header("scheduler.name=ray", "scheduler.address=ray://head:10001")
 
 
