@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TextIO
@@ -334,3 +335,20 @@ def killed_from_outside(status: int) -> bool:
     request (:class:`Stopper`) or while failing itself (:func:`_stop_group`), so otherwise someone else sent it:
     the Linux OOM killer, which picks the process using most memory (or a person with kill -9)."""
     return status == -signal.SIGKILL
+
+
+def wait_or_cancel(futures: list[Future], stopper: Stopper, on_cancel: Callable[[], None] = lambda: None) -> None:
+    """Wait for every future; once a stop is requested (or one run's thread raised: a runner bug), cancel the ones not
+    started, call ``on_cancel`` (the Ray scheduler cancels its tasks there) and wait for the running ones, whose
+    workers are being stopped. A runner bug is raised after cancelling the rest."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=0.5)
+        failed = [f for f in done if not f.cancelled() and f.exception() is not None]
+        if stopper.requested.is_set() or failed:
+            for future in pending:
+                future.cancel()
+            on_cancel()
+        if failed:
+            wait(pending)
+            failed[0].result()

@@ -21,13 +21,13 @@ import socket
 import subprocess
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from bench.errors import UserError
 from bench.execution.plan import PlannedRun
-from bench.execution.processes import Progress, Started, Stopper
+from bench.execution.processes import Progress, Started, Stopper, wait_or_cancel
 from bench.execution.ray_session import RaySession, first_sentence
 from bench.execution.ray_transfer import receive_run_folder
 from bench.execution.worker import RUN_FILE
@@ -195,25 +195,8 @@ def _run_in_order(spec: Any, suite_dir: Path, runs: list[PlannedRun], runner: tu
     with ThreadPoolExecutor(max_workers=max(1, min(len(methods), MAX_WAITING_THREADS))) as pool:
         for index, run in numbered:
             if run.kind == "stage":
-                _wait_or_cancel([pool.submit(execute, index, run)], stopper, session)
-        _wait_or_cancel([pool.submit(execute, index, run) for index, run in methods], stopper, session)
-
-
-def _wait_or_cancel(futures: list[Future], stopper: Stopper, session: RaySession) -> None:
-    """Wait for every future; once a stop is requested, cancel the ones not started and every Ray task, and wait
-    for the running ones (their tasks are stopping their workers). A runner bug in one run is raised after
-    cancelling the rest."""
-    pending = set(futures)
-    while pending:
-        done, pending = wait(pending, timeout=0.5)
-        failed = [f for f in done if not f.cancelled() and f.exception() is not None]
-        if stopper.requested.is_set() or failed:
-            for future in pending:
-                future.cancel()
-            session.cancel_all()
-        if failed:
-            wait(pending)
-            failed[0].result()
+                wait_or_cancel([pool.submit(execute, index, run)], stopper, session.cancel_all)
+        wait_or_cancel([pool.submit(execute, index, run) for index, run in methods], stopper, session.cancel_all)
 
 
 def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, progress: Progress, stopper: Stopper,

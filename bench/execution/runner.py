@@ -27,7 +27,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,7 +41,7 @@ from bench.execution.sweep import job_spec, job_sweep
 from bench.execution.run_failure import OUT_OF_MEMORY
 from bench.execution.worker import RUN_FILE
 from bench.execution.processes import (KILLED_FROM_OUTSIDE, Progress, Started, Stopper, killed_from_outside,
-                                       launch_worker, worker_env)
+                                       launch_worker, wait_or_cancel, worker_env)
 from bench.execution.devices import DevicePlan, DevicePool, Slot, placement, plan_devices
 from bench.execution.suite_folder import (SUITE_FILE, SuiteLock, _point_latest, check_suite_dir, default_out_dir,
                                           prepare_suite_dir)
@@ -210,7 +210,7 @@ def _run_all(spec: Spec, suite_dir: Path, runs: list[PlannedRun], resume: bool, 
             execute(index, run)
     methods = [(index, run) for index, run in numbered if run.kind != "stage"]
     with ThreadPoolExecutor(max_workers=devices.parallel_runs) as pool:
-        _wait_or_cancel([pool.submit(execute, index, run) for index, run in methods], stopper)
+        wait_or_cancel([pool.submit(execute, index, run) for index, run in methods], stopper)
 
 
 def _write_schedule(suite_dir: Path, devices: DevicePlan) -> None:
@@ -240,21 +240,6 @@ def _record_placement(run_dir: Path, placed: dict[str, Any] | None) -> None:
         return
     result["placement"] = placed
     write_json_atomic(run_dir / RESULT_FILE, result)
-
-
-def _wait_or_cancel(futures: list[Future], stopper: Stopper) -> None:
-    """Wait for every future; once a stop is requested, cancel the ones not started and wait for the running
-    ones (their workers are being stopped). A runner bug in one run is raised after cancelling the rest."""
-    pending = set(futures)
-    while pending:
-        done, pending = wait(pending, timeout=0.5)
-        failed = [f for f in done if not f.cancelled() and f.exception() is not None]
-        if stopper.requested.is_set() or failed:
-            for future in pending:
-                future.cancel()
-        if failed:
-            wait(pending)
-            failed[0].result()
 
 
 StartWorker = Callable[[PlannedRun, Path, Progress], Started]
