@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_interrupts import Suite  # a `bench run` whose console is read while it runs
 
 pytestmark = pytest.mark.ray
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
@@ -123,38 +124,11 @@ def test_an_address_that_answers_nothing_is_one_line_within_a_minute(tmp_path: P
     assert took < 60, f"{took:.0f} s"
 
 
-class Watched:
-    """A `bench run` whose console (stderr) is read while it runs."""
-
-    def __init__(self, command: list[str], env: dict[str, str], console: Path) -> None:
-        self.console = console
-        with open(console, "w") as handle:
-            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=handle, env=env,
-                                            start_new_session=True)
-
-    def text(self) -> str:
-        return self.console.read_text(errors="replace")
-
-    def wait_for(self, condition, what: str, timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert self.process.poll() is None, f"bench exited before {what}:\n{self.text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no {what} after {timeout:.0f}s:\n{self.text()[-3000:]}"
-            time.sleep(0.1)
-
-    def finish(self, timeout: float = 180) -> int:
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            raise AssertionError(f"bench still running after {timeout:.0f}s:\n{self.text()[-3000:]}")
-
-
 def suite_command(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out), *SMALL, *extra]
 
 
-def _second_method_start_on(node_prefix: str, suite: Watched) -> str | None:
+def _second_method_start_on(node_prefix: str, suite: Suite) -> str | None:
     """The run to lose with the node: a method run that started on the node after some run finished there (so
     the node has sent a run folder back too); None until there is one."""
     lines = suite.text().splitlines()
@@ -186,7 +160,7 @@ def test_two_nodes_share_the_runs_and_a_lost_node_is_a_failed_cell_that_resume_c
         out = tmp_path / "suite"
         command = suite_command(out, *ENGINE_ONLY, "seeds=[0,1,2]", "scheduler.name=ray",
                                 f"scheduler.address={cluster.address}")  # six method runs for two nodes
-        suite = Watched(command, env, tmp_path / "console.txt")
+        suite = Suite(command, env, tmp_path / "console.txt")
         lost: list[str] = []
 
         workers: list[psutil.Process] = []
@@ -200,7 +174,7 @@ def test_two_nodes_share_the_runs_and_a_lost_node_is_a_failed_cell_that_resume_c
             return bool(workers)
 
         suite.wait_for(lose_the_node, "a second method run on the node to lose")
-        assert suite.finish() == 1, suite.text()[-3000:]
+        assert suite.finish(timeout=180) == 1, suite.text()[-3000:]
         console = suite.text()
         print(f"node {other.node_id[:16]} removed while {lost[0]} ran on it; console:\n{console}")
         failed = result(out, lost[0])
@@ -271,7 +245,7 @@ def test_sigint_cancels_every_task_and_leaves_no_ray_process(tmp_path: Path, env
     out = tmp_path / "suite"
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    suite = Watched(suite_command(out, "scheduler.name=ray", "train.steps=40", "methods.dpo.enabled=false",
+    suite = Suite(suite_command(out, "scheduler.name=ray", "train.steps=40", "methods.dpo.enabled=false",
                                   "methods.ppo.enabled=false", "methods.ppo_verifier.enabled=false"),
                     dict(env, BENCH_RAY_SCRATCH=str(scratch)), tmp_path / "console.txt")
     suite.wait_for(lambda: "grpo-s0: step " in suite.text(), "a training step of grpo-s0")
@@ -279,7 +253,7 @@ def test_sigint_cancels_every_task_and_leaves_no_ray_process(tmp_path: Path, env
     raylets = {p.pid for p in processes if "raylet" in " ".join(p.cmdline())}
     assert raylets and any("bench.execution.worker" in " ".join(p.cmdline()) for p in processes), processes
     suite.process.send_signal(signal.SIGINT)
-    assert suite.finish() == 130, suite.text()[-3000:]
+    assert suite.finish(timeout=180) == 130, suite.text()[-3000:]
     deadline = time.monotonic() + 15
     while any(alive(p) for p in processes) and time.monotonic() < deadline:
         time.sleep(0.2)
