@@ -45,6 +45,14 @@ LAUNCHED = [*ONLINE, "dpo"]
     (["launcher.config_file=/no/such/file.yaml"], "'launcher.config_file' is set but no launcher is"),
     (["launcher.name=accelerate", "launcher.num_processes=2", "methods.grpo_engine.minibatches=8"],
      "must divide by 'methods.grpo_engine.minibatches' (8)"),
+    (["launcher.num_machines=2"], "'launcher.num_machines' is 2 but no launcher is set"),
+    (["launcher.name=accelerate", "launcher.num_processes=3", "launcher.num_machines=2", "scheduler.name=ray",
+      "train.prompts_per_step=6"], "'launcher.num_processes' (3) must divide by 'launcher.num_machines' (2)"),
+    (["launcher.name=accelerate", "launcher.num_processes=2", "launcher.num_machines=2"],
+     "'launcher.num_machines' is 2 but 'scheduler.name' is 'local'; a run across machines is placed by the Ray "
+     "scheduler"),
+    (["launcher.name=accelerate", "launcher.main_port=70000"], "'launcher.main_port' must be in [1, 65535]"),
+    (["launcher.num_machines=0"], "'launcher.num_machines' must be >= 1, got 0"),
 ])
 def test_launcher_settings_are_checked(overrides: list[str], expected: str) -> None:
     assert expected in spec_error(overrides)
@@ -142,6 +150,29 @@ def test_method_runs_start_through_accelerate_and_stages_do_not(tmp_path: Path) 
     assert launch.worker_launch(spec, "stage", "warm_start", tmp_path, {})[0] is None
     plain = load_spec("cpu-quick")
     assert launch.worker_launch(plain, "method", "grpo_engine", tmp_path, {"A": "1"}) == (None, {"A": "1"})
+
+
+def test_each_machine_of_a_run_across_machines_launches_its_own_ranks(tmp_path: Path) -> None:
+    """accelerate's multi-machine launch: the total ranks, this machine's rank, machine 0's address and port; a
+    DeepSpeed config launches with the standard multi-node launcher (each machine its own ranks), and one machine
+    takes launcher.main_port when it is set."""
+    spec = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=4", "launcher.num_machines=2",
+                                   "scheduler.name=ray", "train.prompts_per_step=4"])
+    command, _ = launch.worker_launch(spec, "method", "grpo_engine", tmp_path, {},
+                                      machine=launch.MachineRole(1, 2, "10.0.0.5", 29555))
+    flags = dict(zip(command[4:-3:2], command[5:-3:2]))
+    assert {k: flags[k] for k in ("--num_processes", "--num_machines", "--machine_rank", "--main_process_ip",
+                                  "--main_process_port")} == {
+        "--num_processes": "4", "--num_machines": "2", "--machine_rank": "1", "--main_process_ip": "10.0.0.5",
+        "--main_process_port": "29555"}
+    assert "--deepspeed_multinode_launcher" not in command
+    deepspeed = launch.accelerate_command(tmp_path, 4, launcher.shipped_config("zero2"), False,
+                                          machine=launch.MachineRole(0, 2, "10.0.0.5", 29555), deepspeed=True)
+    assert deepspeed[deepspeed.index("--deepspeed_multinode_launcher") + 1] == "standard"
+    one = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=2", "launcher.main_port=29600"])
+    command, _ = launch.worker_launch(one, "method", "grpo_engine", tmp_path, {})
+    assert command[command.index("--main_process_port") + 1] == "29600" and "--machine_rank" not in command
+    assert launcher.machines_for(spec, "grpo_engine") == 2 and launcher.machines_for(spec, "warm_start") == 1
 
 
 def _rank(rank: int, peak: int, completions: int, status: str = "ok", error: dict | None = None) -> dict:
@@ -266,6 +297,49 @@ def test_the_launched_result_has_the_one_process_shape(launched: Path) -> None:
             assert set(stage[section]) <= set(result[section]), section
         assert result["accuracy"]["after"] and result["accuracy"]["n_questions"] == 8
         assert (runs / f"{method}-s0" / "completions.jsonl").is_file()
+
+
+def test_two_machines_over_loopback_train_as_one_machine_with_two_processes(launched: Path,
+                                                                             tmp_path: Path) -> None:
+    """The launched suite's engine GRPO run again, as two machines of one process each (machine ranks 0 and 1,
+    accelerate's multi-machine launch over 127.0.0.1, gloo): each machine starts its rank, they rendezvous at
+    machine 0's port, and the run trains on the same prompts to the same loss and the same weights as the one
+    machine's two processes."""
+    import os
+    import socket
+    import subprocess
+
+    one_machine = launched / "runs" / "grpo_engine-s0"
+    run_dir = tmp_path / "grpo_engine-s0"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_bytes((one_machine / "run.json").read_bytes())  # same inputs, seed and spec
+    spec = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=2",
+                                   "launcher.num_machines=2", "scheduler.name=ray"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    machines = []
+    for k in (0, 1):
+        command, env = launch.worker_launch(spec, "method", "grpo_engine", run_dir, os.environ,
+                                            machine=launch.MachineRole(k, 2, "127.0.0.1", port))
+        with open(tmp_path / f"machine{k}.log", "w") as log:
+            machines.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+    try:
+        statuses = [machine.wait(timeout=300) for machine in machines]
+    finally:
+        for machine in machines:
+            machine.kill()
+    assert statuses == [0, 0], "\n".join((tmp_path / f"machine{k}.log").read_text()[-2000:] for k in (0, 1))
+    two = launch.merge_rank_files(run_dir)
+    one = json.loads((one_machine / "result.json").read_text())
+    ranks = launch.read_rank_files(run_dir)
+    assert two["status"] == "ok" and [r["machine_rank"] for r in ranks] == [0, 1]
+    assert [r["prompt_ids"] for r in ranks] == [r["prompt_ids"] for r in launch.read_rank_files(one_machine)]
+    assert [c["loss"] for c in two["curves"]] == pytest.approx([c["loss"] for c in one["curves"]], rel=1e-6,
+                                                               abs=1e-9)
+    assert two["training_change"]["update_to_weight_ratio"] == pytest.approx(
+        one["training_change"]["update_to_weight_ratio"], rel=1e-6)
+    assert two["settings"]["parallel"]["processes"] == 2
 
 
 # -- stopping a launched run --------------------------------------------------------------------------------

@@ -207,6 +207,9 @@ def validate_launcher(spec: Any) -> None:
     launcher = spec.launcher
     n = launcher.num_processes
     if not active(spec):
+        if launcher.num_machines != 1:
+            raise SpecError(f"'launcher.num_machines' is {launcher.num_machines} but no launcher is set; add "
+                            f"--launcher accelerate (launcher.name=accelerate) or use 1 machine")
         if n != 1:
             raise SpecError(f"'launcher.num_processes' is {n} but no launcher is set; add --launcher accelerate "
                             f"(launcher.name=accelerate) or use 1 process")
@@ -218,11 +221,38 @@ def validate_launcher(spec: Any) -> None:
         raise SpecError(f"'parallel_runs' ({spec.parallel_runs}) > 1 cannot be combined with a launcher on a CPU: "
                         f"each run already uses {n} processes sharing the cores; set parallel_runs=1")
     check_config(read_config(config_path(spec)), config_path(spec), spec.device)
+    _validate_machines(spec)
     distributed = [name for name in spec.enabled_methods() if data_parallel(name)]
     if distributed and spec.train.prompts_per_step % n:
         raise SpecError(f"'train.prompts_per_step' ({spec.train.prompts_per_step}) must divide by the number of "
                         f"processes ({n}): each rank samples prompts_per_step / N prompts of every step; choose a "
                         f"multiple of {n} (methods {', '.join(distributed)})")
+
+
+def _validate_machines(spec: Any) -> None:
+    """launcher.num_machines > 1: the ranks split evenly over the machines, and a scheduler that can place them.
+
+    Only the Ray scheduler starts a run's machines: it reserves the nodes together and tells each task its machine
+    rank and machine 0's address. The local scheduler has one machine; starting the other machines' ranks by hand
+    for every run of a suite would be a scheduler of the suite's own, which Ray already is."""
+    launcher = spec.launcher
+    machines = launcher.num_machines
+    if machines == 1:
+        return
+    if launcher.num_processes % machines:
+        raise SpecError(f"'launcher.num_processes' ({launcher.num_processes}) must divide by 'launcher.num_machines' "
+                        f"({machines}): each machine starts the same number of ranks; e.g. "
+                        f"launcher.num_processes={machines * max(1, launcher.num_processes // machines)}")
+    if spec.scheduler.name != "ray":
+        raise SpecError(f"'launcher.num_machines' is {machines} but 'scheduler.name' is "
+                        f"'{spec.scheduler.name}'; a run across machines is placed by the Ray scheduler (one task "
+                        f"per machine): add scheduler.name=ray (docs/ray.md), or set launcher.num_machines=1")
+
+
+def machines_for(spec: Any, method: str) -> int:
+    """How many machines a run of ``method`` spans (launcher.num_machines for a launched data-parallel method,
+    else 1: shared stages and one-process methods stay on one machine)."""
+    return spec.launcher.num_machines if processes_for(spec, method) > 1 else 1
 
 
 def data_parallel(method: str) -> bool:

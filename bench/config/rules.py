@@ -141,6 +141,8 @@ SPEC_RULES: dict[str, Rule] = {
     "telemetry.sample_interval_ms": above(0),
     "telemetry.warmup_steps": at_least(0),
     "launcher.num_processes": COUNT,
+    "launcher.num_machines": COUNT,
+    "launcher.main_port": within(1, 65535, note=" (or null: a free port)"),
     "sweep.steps": COUNT,
     "sweep.warmup_steps": at_least(0),
 }

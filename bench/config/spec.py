@@ -392,8 +392,19 @@ class LauncherSpec:
     is started by `accelerate launch` as num_processes ranks, each on its shard of every step's prompts (DPO: of
     every step's pool pairs); shared stages stay one process."""
     num_processes: int = 1
-    """Ranks per method run (>= 1; > 1 needs name accelerate). train.prompts_per_step must divide by it. More than
-    one on a CPU-only machine runs over gloo (a test of the path, not a speed-up)."""
+    """Ranks per method run (>= 1; > 1 needs name accelerate), over all its machines (as accelerate counts them).
+    train.prompts_per_step must divide by it. More than one on a CPU-only machine runs over gloo (a test of the
+    path, not a speed-up)."""
+    num_machines: int = 1
+    """Machines one launched method run spans (>= 1): each starts num_processes / num_machines of its ranks
+    (accelerate's multi-machine launch), so num_processes must divide by it. More than one needs scheduler.name ray:
+    the Ray scheduler reserves one node per machine (a placement group, STRICT_SPREAD), starts one task on each,
+    which launches that machine's ranks with its machine rank and machine 0's address, and merges every machine's
+    rank records into the run's result. Shared stages and one-process methods stay on one machine."""
+    main_port: int | None = None
+    """The port machine 0's first rank listens on for the run's other ranks (the rendezvous). null: a free port,
+    picked by accelerate on one machine, and on several by a probe on machine 0's node just before the launch. Set
+    it where a firewall opens one port between the nodes."""
     config_file: str | None = None
     """An accelerate config file (null: the shipped bench/config/accelerate/ddp.yaml); shipped: ddp, zero2, zero3,
     zero3_offload (DeepSpeed ones need GPUs and DeepSpeed: pip install '.[deepspeed]'; TRL's GRPO and DPO follow

@@ -31,32 +31,62 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from bench.errors import SpecError
-from bench.config.launcher import (CONFIG_ENV, LAUNCHER_ENV, RANK_FILE, active, check_config, config_path, config_strategy, data_parallel, deepspeed_problem, deepspeed_settings, engine_zero, processes_for, read_config, shipped_config, validate_launcher)
+from bench.config.launcher import (CONFIG_ENV, LAUNCHER_ENV, RANK_FILE, active, check_config, config_path, config_strategy, data_parallel, deepspeed_problem, deepspeed_settings, engine_zero, machines_for, processes_for, read_config, shipped_config, validate_launcher)
 
 # -- the runner side ----------------------------------------------------------------------------
-def accelerate_command(run_dir: Path, processes: int, config: Path, custom_config: bool) -> list[str]:
-    """``accelerate launch`` with this interpreter, N processes and the config, running ``-m bench.execution.worker``.
+@dataclass(frozen=True)
+class MachineRole:
+    """This machine's part in a run across ``count`` machines (launcher.num_machines > 1): its machine rank (0 holds
+    global rank 0, which evaluates and writes result.json) and where machine 0's first rank listens for the others.
+    The Ray scheduler gives each of a run's tasks its role (bench.execution.ray_scheduler)."""
 
-    A free port is picked (``--main_process_port 0``) unless the user's own config names one.
+    rank: int
+    count: int
+    address: str
+    port: int
+
+
+def accelerate_command(run_dir: Path, processes: int, config: Path, custom_config: bool,
+                       machine: MachineRole | None = None, port: int | None = None,
+                       deepspeed: bool = False) -> list[str]:
+    """``accelerate launch`` with this interpreter, N processes (over every machine, as accelerate counts them) and
+    the config, running ``-m bench.execution.worker``.
+
+    One machine: ``port`` (launcher.main_port) when given, else a free port (``--main_process_port 0``) unless the
+    user's own config names one. Several: this machine's rank, machine 0's address and port, and for DeepSpeed the
+    ``standard`` multi-node launcher (each machine starts its own ranks, as here; accelerate's default, pdsh, would
+    start every machine's ranks over ssh from machine 0).
     """
+    machines = machine.count if machine else 1
     cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--config_file", str(config),
-           "--num_processes", str(processes), "--num_machines", "1"]
-    if not custom_config:
+           "--num_processes", str(processes), "--num_machines", str(machines)]
+    if machine and machines > 1:
+        cmd += ["--machine_rank", str(machine.rank), "--main_process_ip", machine.address,
+                "--main_process_port", str(machine.port)]
+        if deepspeed:
+            cmd += ["--deepspeed_multinode_launcher", "standard"]
+    elif port is not None:
+        cmd += ["--main_process_port", str(port)]
+    elif not custom_config:
         cmd += ["--main_process_port", "0"]
     return [*cmd, "-m", "bench.execution.worker", str(run_dir)]
 
 
 def worker_launch(spec: Any, kind: str, method: str, run_dir: Path, env: Mapping[str, str],
-                  gpus: list[str] | tuple[str, ...] | None = None) -> tuple[list[str] | None, dict[str, str]]:
+                  gpus: list[str] | tuple[str, ...] | None = None,
+                  machine: MachineRole | None = None) -> tuple[list[str] | None, dict[str, str]]:
     """(command, environment) for one planned run: (None, env) for a plain ``python -m bench.execution.worker`` run, else
     the accelerate command and an environment that names the launcher and does not pin the run to one GPU: the
     run's slot ``gpus`` (bench.execution.devices: a group of launcher.num_processes GPUs) when the runner gives one,
-    else ``spec.gpus`` when given, else every GPU the runner sees."""
+    else ``spec.gpus`` when given, else every GPU the runner sees. ``machine``: this machine's part in a run across
+    several (its ranks only: launcher.num_processes / launcher.num_machines of them)."""
     env = dict(env)
     if kind != "method" or not active(spec) or not data_parallel(method):
         return None, env
@@ -71,7 +101,9 @@ def worker_launch(spec: Any, kind: str, method: str, run_dir: Path, env: Mapping
     config = config_path(spec)
     env[LAUNCHER_ENV] = spec.launcher.name
     env[CONFIG_ENV] = str(config)
-    return accelerate_command(run_dir, spec.launcher.num_processes, config, bool(spec.launcher.config_file)), env
+    deepspeed = str(read_config(config).get("distributed_type", "NO")) == "DEEPSPEED"
+    return accelerate_command(run_dir, spec.launcher.num_processes, config, bool(spec.launcher.config_file),
+                              machine=machine, port=spec.launcher.main_port, deepspeed=deepspeed), env
 
 
 # -- the rank side ------------------------------------------------------------------------------
@@ -84,6 +116,12 @@ def rank() -> int:
 def world_size() -> int:
     """How many ranks this run has (WORLD_SIZE set by the launcher; 1 in a run the runner did not launch)."""
     return int(os.environ.get("WORLD_SIZE", "1") or 1) if launched() else 1
+
+
+def machine_rank() -> int:
+    """Which of the run's machines this rank is on (GROUP_RANK, set by torch's elastic agent: the node rank; 0 in a
+    run the runner did not launch)."""
+    return int(os.environ.get("GROUP_RANK", "0") or 0) if launched() else 0
 
 
 def launched() -> bool:
@@ -163,8 +201,9 @@ def parallel_settings(spec: Any, method: str) -> dict[str, Any]:
     suite = engine(method) == "suite"
     zero = engine_zero(spec) if suite else None
     strategy = asked if not suite or zero else "ddp"
-    out = {"launcher": spec.launcher.name, "processes": n, "backend": backend(), "strategy": strategy,
-           "config_strategy": asked, "prompts_per_rank_per_step": spec.train.prompts_per_step // n}
+    out = {"launcher": spec.launcher.name, "processes": n, "machines": machines_for(spec, method),
+           "backend": backend(), "strategy": strategy, "config_strategy": asked,
+           "prompts_per_rank_per_step": spec.train.prompts_per_step // n}
     if zero:
         out["frozen_networks"] = "replicated: the reference and the reward model are whole and frozen on every rank"
         if zero["zero_stage"] == 3:
@@ -206,7 +245,8 @@ def write_rank_file(run_dir: Path, result: Mapping[str, Any], prompt_ids: list[i
     memory = result.get("memory") or {}
     throughput = result.get("throughput") or {}
     record = {
-        "rank": rank(), "world_size": world_size(), "pid": os.getpid(), "status": result.get("status"),
+        "rank": rank(), "world_size": world_size(), "machine_rank": machine_rank(), "hostname": socket.gethostname(),
+        "pid": os.getpid(), "status": result.get("status"),
         "error": result.get("error"),
         "memory": {k: memory.get(k) for k in ("peak_bytes", "source", "kind", "by_source", "baseline_bytes")},
         "throughput": {k: throughput.get(k) for k in ("train_s", "setup_s", "completions", "generated_tokens",
@@ -283,6 +323,6 @@ def merge_rank_files(run_dir: Path) -> dict[str, Any] | None:
     return result
 
 
-__all__ = ["validate_launcher", "worker_launch", "merge_rank_files", "init_process_group", "write_rank_file",
+__all__ = ["validate_launcher", "worker_launch", "MachineRole", "merge_rank_files", "init_process_group", "write_rank_file",
            "mean_across_ranks", "parallel_settings", "launcher_environment", "shipped_config", "check_config",
            "config_strategy", "deepspeed_settings", "deepspeed_problem", "engine_zero"]
