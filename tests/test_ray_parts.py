@@ -72,6 +72,32 @@ def test_a_run_no_node_can_take_is_refused_on_a_ray_started_here_and_a_warning_o
     check_fits(spec, make_plan(spec), "cpu", [dict(nodes[0], cpus=4.0)], True, io.StringIO())  # fits: no error
 
 
+def test_a_run_across_machines_asks_for_a_node_per_machine_and_the_plan_says_how_many() -> None:
+    """Each machine's task asks for its share of the GPUs; a cluster with fewer such nodes than machines cannot
+    take the run (one line on a Ray started here); the plan's launch line states the machines and their GPUs."""
+    from bench.execution.plan import describe_plan
+
+    spec = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=4", "launcher.num_machines=2",
+                                   "scheduler.name=ray", "train.prompts_per_step=4"])
+    plan = make_plan(spec)
+    method = next(run for run in plan if run.name == "grpo_engine")
+    assert run_request(spec, method, "cuda") == (1.0, 2.0) and run_request(spec, plan[0], "cuda") == (1.0, 1.0)
+    node = {"node_id": "a", "node_ip": "10.0.0.1", "cpus": 8.0, "gpus": 2.0}
+    with pytest.raises(UserError, match="spans 2 machines and asks Ray for 2 nodes with 1 CPUs and 2 GPUs each"):
+        check_fits(spec, plan, "cuda", [node], True, io.StringIO())
+    check_fits(spec, plan, "cuda", [node, dict(node, node_id="b")], True, io.StringIO())  # two such nodes: fits
+    gpu = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=4", "launcher.num_machines=2",
+                                  "scheduler.name=ray", "train.prompts_per_step=4", "device=cuda"])
+    line = next(line for line in describe_plan(gpu, make_plan(gpu)).splitlines() if line.startswith("launch:"))
+    assert "4 processes per data-parallel method run, over 2 machines: 2 Ray nodes reserved together, each " \
+           "running 2 of the ranks on 2 GPU(s)" in line
+    one = load_spec("cpu-quick", ["launcher.name=accelerate", "launcher.num_processes=2"])
+    assert "on one machine;" in next(line for line in describe_plan(one, make_plan(one)).splitlines()
+                                     if line.startswith("launch:"))
+    assert not [line for line in describe_plan(load_spec("cpu-quick"), plan).splitlines()
+                if line.startswith("launch:")]
+
+
 def test_a_node_share_sets_the_threads_only_when_threads_is_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("bench.execution.cpu_threads.available_cores", lambda: 8)
     assert share_of_node(0, 1.0, 1) == 8  # 8 cores / 8 runs: one thread each

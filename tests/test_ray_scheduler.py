@@ -200,6 +200,46 @@ def test_two_nodes_share_the_runs_and_a_lost_node_is_a_failed_cell_that_resume_c
         cluster.shutdown()
 
 
+@needs_ray
+def test_a_run_across_two_machines_takes_a_node_for_each_and_merges_every_machines_ranks(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """launcher.num_machines=2 on Ray's two-node test cluster: the engine's GRPO run reserves both nodes (a placement
+    group, one bundle per node), each node's task launches its one rank as machine 0 or 1 (accelerate's
+    multi-machine launch, gloo over the node's address), and the run's folder holds both machines' rank records,
+    merged into one result that names both nodes."""
+    from ray.cluster_utils import Cluster
+
+    from bench.execution import launch
+
+    scratch = [tmp_path / "head-scratch", tmp_path / "other-scratch"]
+    for folder in scratch:
+        folder.mkdir()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
+                                                            "env_vars": {"BENCH_RAY_SCRATCH": str(scratch[0])}})
+    try:
+        other = cluster.add_node(num_cpus=1, env_vars={"BENCH_RAY_SCRATCH": str(scratch[1])})
+        cluster.wait_for_nodes()
+        out = tmp_path / "suite"
+        proc = bench(out, env, *ENGINE_ONLY, "methods.ppo_verifier.enabled=false", "parallel_runs=1", "warm_start.steps=2",
+                     "launcher.name=accelerate", "launcher.num_processes=2", "launcher.num_machines=2",
+                     "scheduler.name=ray", f"scheduler.address={cluster.address}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        run_dir = out / "runs" / "grpo_engine-s0"
+        ran = result(out, "grpo_engine-s0")
+        machines = ran["placement"]["machines"]
+        assert {m["node_id"] for m in machines} == {cluster.head_node.node_id, other.node_id}, machines
+        assert ran["placement"]["node_id"] == machines[0]["node_id"]  # rank 0's machine evaluated
+        ranks = launch.read_rank_files(run_dir)
+        assert [(r["rank"], r["machine_rank"], r["status"]) for r in ranks] == [(0, 0, "ok"), (1, 1, "ok")]
+        assert [r["rank"] for r in ran["memory"]["ranks"]] == [0, 1] and ran["throughput"]["processes"] == 2
+        assert ran["settings"]["parallel"]["machines"] == 2 and ran["status"] == "ok"
+        assert (run_dir / "worker.machine1.log").is_file()
+        assert "waiting for 2 Ray nodes with 1 CPUs each" in proc.stderr
+        assert not any(list(folder.iterdir()) for folder in scratch)  # both tasks removed their scratch folders
+    finally:
+        cluster.shutdown()
+
+
 def _workers_under(scratch: Path) -> list[psutil.Process]:
     """The bench worker processes whose run folder lies under ``scratch`` (one node's)."""
     found = []

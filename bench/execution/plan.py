@@ -125,6 +125,22 @@ def schedule_text(spec: Spec) -> str:
     return f"{spec.parallel_runs} method run(s) at a time{mine}"
 
 
+def launch_text(spec: Spec) -> str | None:
+    """The plan's line on a launched method run's processes and the machines they take (None without a launcher):
+    on GPUs one GPU per process, so N processes over M machines need M machines with N / M GPUs each."""
+    launcher = spec.launcher
+    if launcher.name == "none":
+        return None
+    n, machines = launcher.num_processes, launcher.num_machines
+    per = n // machines
+    gpus = {"cpu": "", "cuda": f" on {per} GPU(s)"}.get(spec.device, f" (on {per} GPU(s) where there are GPUs)")
+    where = (f"on one machine{gpus}" if machines == 1 else
+             f"over {machines} machines: {machines} Ray nodes reserved together, each running {per} of the "
+             f"ranks{gpus}; machine 0 holds rank 0, which evaluates")
+    return (f"launch: {launcher.name}, {n} processes per data-parallel method run, {where}; shared stages and "
+            f"one-process methods run as one process")
+
+
 def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
     """Human-readable plan (what --dry-run prints)."""
     t = spec.train
@@ -143,8 +159,10 @@ def describe_plan(spec: Spec, runs: list[PlannedRun]) -> str:
         f"{len(runs)} runs (stages one at a time, then {schedule_text(spec)}"
         + (f", {spec.threads} torch thread(s) each):" if spec.threads else "):"),
     ]
+    launch = launch_text(spec)
+    if launch:
+        lines.insert(-1, launch)
     if spec.sweep.axes:
-
         lines += describe_sweep(spec)
     for i, run in enumerate(runs, 1):
         after = f" (after {', '.join(run.needs)})" if run.needs else ""

@@ -54,20 +54,29 @@ class Relay:
 
 
 def run_task(spec: Any, job: dict[str, Any], inputs: list[tuple[str, str, Any]], cpus: float,
-             forwarded: dict[str, str], suite_name: str, relay: Any) -> tuple:
+             forwarded: dict[str, str], suite_name: str, relay: Any, machine: Any = None) -> tuple:
     """A run's Ray task: :func:`run_on_node`, its messages sent to ``relay`` (best effort: a lost relay costs the
-    progress lines, never the run); returns ``(placement, status, launched, node_root, folder_bytes)``."""
+    progress lines, never the run); returns ``(placement, status, launched, node_root, folder_bytes)``.
+    ``machine``: this task's part of a run across machines (:class:`bench.execution.launch.MachineRole`); machine
+    k > 0 relays under ``<run id>@machine<k>`` (:func:`relay_key`)."""
     placed = None
+    key = relay_key(job["run_id"], machine)
     try:
-        for message in run_on_node(spec, job, inputs, cpus, forwarded, suite_name):
+        for message in run_on_node(spec, job, inputs, cpus, forwarded, suite_name, machine):
             if message[0] == "done":
                 return (placed, *message[1:])
             if message[0] == "start":
                 placed = message[1]
-            _tell(relay, job["run_id"], message)
+            _tell(relay, key, message)
     finally:
-        _tell(relay, job["run_id"], ("ended",))
+        _tell(relay, key, ("ended",))
     raise RuntimeError("the run's task ended without its run folder")  # run_on_node always ends with "done"
+
+
+def relay_key(run_id: str, machine: Any = None) -> str:
+    """The name a task's messages travel under: the run id, or ``<run id>@machine<k>`` for machine k > 0 of a run
+    across machines (machine 0 holds rank 0, whose progress is the run's)."""
+    return run_id if machine is None or machine.rank == 0 else f"{run_id}@machine{machine.rank}"
 
 
 def _tell(relay: Any, run_id: str, message: tuple) -> None:
@@ -147,7 +156,7 @@ def lay_out(root: Path, job: dict[str, Any], inputs: list[tuple[str, str, bytes]
 
 
 def run_on_node(spec: Any, job: dict[str, Any], inputs: list[tuple[str, str, Any]], cpus: float,
-                forwarded: dict[str, str], suite_name: str) -> Iterator[tuple]:
+                forwarded: dict[str, str], suite_name: str, machine: Any = None) -> Iterator[tuple]:
     """The body of a run's Ray task (see the module's docstring). ``inputs``: (run.json input key, path relative to
     the suite folder, object ref of its tar bytes); ``forwarded``: environment variables the driver passes on (the
     hub's offline switches); ``suite_name``: the suite folder's name, which the scratch copy keeps (trackers name a
@@ -164,20 +173,21 @@ def run_on_node(spec: Any, job: dict[str, Any], inputs: list[tuple[str, str, Any
         del fetched
         env = worker_env(spec, node_env(forwarded), tuple(placed["gpus"]) or None)
         outcome: dict[str, Any] = {}
-        yield from _run_worker(spec, job, run_dir, env, tuple(placed["gpus"]), outcome)
+        yield from _run_worker(spec, job, run_dir, env, tuple(placed["gpus"]), outcome, machine)
         yield ("done", outcome["status"], outcome["launched"], str(root), pack(run_dir, "."))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _run_worker(spec: Any, job: dict[str, Any], run_dir: Path, env: dict[str, str], gpus: tuple[str, ...],
-                outcome: dict[str, Any]) -> Iterator[tuple]:
+                outcome: dict[str, Any], machine: Any = None) -> Iterator[tuple]:
     """Start the worker as the local scheduler would and yield its progress until it exits; ``outcome`` gets its
     exit status and whether accelerate launched it. The worker runs in a thread so that this generator wakes every
-    POLL_S and a cancel (KeyboardInterrupt) lands here, where the worker is stopped before the task ends."""
+    POLL_S and a cancel (KeyboardInterrupt) lands here, where the worker is stopped before the task ends. On one
+    machine the ranks' records are merged here; across machines the driver merges every machine's."""
     from bench.execution.launch import merge_rank_files, worker_launch
 
-    command, env = worker_launch(spec, job["kind"], job["name"], run_dir, env, gpus=gpus or None)
+    command, env = worker_launch(spec, job["kind"], job["name"], run_dir, env, gpus=gpus or None, machine=machine)
     messages: queue.Queue = queue.Queue()
     stopper = Stopper(io.StringIO())  # never installed: the task stops the worker through it when cancelled
     box: dict[str, Any] = {}
@@ -200,7 +210,7 @@ def _run_worker(spec: Any, job: dict[str, Any], run_dir: Path, env: dict[str, st
         raise
     if "error" in box:
         raise box["error"]
-    if command is not None:  # each rank wrote rank<k>.json; rank 0 the result: one result with every rank's memory
+    if command is not None and machine is None:  # each rank wrote rank<k>.json, rank 0 the result: merged into one
         merge_rank_files(run_dir)
     outcome.update(status=box.get("status"), launched=command is not None)
 
@@ -224,4 +234,4 @@ def _drain(messages: queue.Queue) -> Iterator[tuple]:
         yield latest
 
 
-__all__ = ["run_task", "Relay", "run_on_node", "node_placement", "share_of_node", "lay_out", "node_env", "SCRATCH_ENV", "NodeProgress"]
+__all__ = ["run_task", "relay_key", "Relay", "run_on_node", "node_placement", "share_of_node", "lay_out", "node_env", "SCRATCH_ENV", "NodeProgress"]

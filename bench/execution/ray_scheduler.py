@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from bench.config.launcher import machines_for, processes_for
 from bench.errors import UserError
 from bench.execution.plan import PlannedRun
 from bench.execution.processes import Progress, Started, Stopper, wait_or_cancel
-from bench.execution.ray_session import RaySession, first_sentence
+from bench.execution.ray_session import RaySession, first_sentence, lost_run
 from bench.execution.ray_transfer import receive_run_folder
 from bench.execution.worker import RUN_FILE
 from bench.results import RESULT_FILE, write_json_atomic
@@ -45,12 +46,6 @@ FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"
 (a suite told to stay offline stays offline on every node) and an explicit OpenMP thread count."""
 MAX_WAITING_THREADS = 256
 """Most method runs submitted to Ray at once (one driver thread each waits for its task); the rest queue here."""
-LOST_TYPES = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
-              "ActorDiedError", "LocalRayletDiedError", "ObjectFetchTimedOutError")
-"""Ray exceptions that mean the node or the task's worker process went away (error type RayNodeLost); any other
-is the task failing (RayTaskFailed)."""
-
-
 # -- before any work: is Ray here, does the address answer -------------------------------------------------
 def ray_problem(address: str | None) -> str | None:
     """None when the suite can run under Ray with ``address``, else the one line saying why not and the fix:
@@ -97,14 +92,20 @@ def _join_problem(address: str, where: str, fix: str) -> str | None:
 
 # -- what a run asks of a node -------------------------------------------------------------------------------
 def run_request(spec: Any, run: PlannedRun, device: str) -> tuple[float, float]:
-    """(CPUs, GPUs) a run's task asks Ray for: its torch threads (``threads``, 1 when 0) and, on ``device`` cuda,
-    one GPU per process (``launcher.num_processes`` for a launched method run, else 1); no GPU on a cpu device."""
-    from bench.config.launcher import processes_for
-
+    """(CPUs, GPUs) a run's task asks Ray for (each of its tasks, for a run across machines): its torch threads
+    (``threads``, 1 when 0) and, on ``device`` cuda, one GPU per process on its machine (``launcher.num_processes``
+    / ``launcher.num_machines`` for a launched method run, else 1); no GPU on a cpu device."""
     cpus = float(spec.threads if spec.threads > 0 else 1)
     if device != "cuda":
         return cpus, 0.0
-    return cpus, float(processes_for(spec, run.name) if run.kind != "stage" else 1)
+    if run.kind == "stage":
+        return cpus, 1.0
+    return cpus, float(processes_for(spec, run.name) // machines_for(spec, run.name))
+
+
+def run_machines(spec: Any, run: PlannedRun) -> int:
+    """How many nodes a run's tasks take at once: launcher.num_machines for a launched method run, else 1."""
+    return 1 if run.kind == "stage" else machines_for(spec, run.name)
 
 
 # -- the suite under Ray ---------------------------------------------------------------------------------------
@@ -148,11 +149,17 @@ def check_fits(spec: Any, runs: list[PlannedRun], device: str, nodes: list[dict[
     autoscaler may still add such a node, it is a warning."""
     for run in runs:
         cpus, gpus = run_request(spec, run, device)
-        if any(node["cpus"] >= cpus and node["gpus"] >= gpus for node in nodes):
+        machines = run_machines(spec, run)
+        if sum(node["cpus"] >= cpus and node["gpus"] >= gpus for node in nodes) >= machines:
             continue
         largest = ", ".join(f"{n['node_ip']}: {n['cpus']:g} CPUs, {n['gpus']:g} GPUs" for n in nodes) or "none"
-        message = (f"run {run.run_id} asks Ray for {cpus:g} CPUs and {gpus:g} GPUs, which no node has ({largest}); "
-                   f"lower threads (or launcher.num_processes), or add a node that large")
+        if machines > 1:
+            message = (f"run {run.run_id} spans {machines} machines and asks Ray for {machines} nodes with "
+                       f"{cpus:g} CPUs and {gpus:g} GPUs each, which the cluster does not have ({largest}); lower "
+                       f"launcher.num_machines, or add nodes that large")
+        else:
+            message = (f"run {run.run_id} asks Ray for {cpus:g} CPUs and {gpus:g} GPUs, which no node has "
+                       f"({largest}); lower threads (or launcher.num_processes), or add a node that large")
         if started_here:
             raise UserError(message)
         stream.write(f"bench: warning: {message}; its task waits until the cluster has one\n")
@@ -211,6 +218,11 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
               for key, relative, path, arcname in stage_inputs(suite_dir, job.get("inputs") or {})]
     cpus, gpus = run_request(spec, run, device)
     forwarded = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+    if run_machines(spec, run) > 1:
+        from bench.execution.ray_machines import start_across_machines
+
+        return start_across_machines(spec, suite_dir, run, run_dir, progress, stopper, session, (cpus, gpus),
+                                     (job, inputs, forwarded))
     task = session.run_task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
                                     name=f"bench:{run.run_id}")
     session.expect(run.run_id, progress)
@@ -222,21 +234,10 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
         if stopper.requested.is_set():  # cancelled by the stop: recorded as interrupted, as under the local one
             session.wait_until_ended(run.run_id)
             return Started(None, placed=session.untrack(run.run_id))
-        return _lost(exc, session.untrack(run.run_id))
+        return lost_run(exc, session.untrack(run.run_id))
     session.untrack(run.run_id)
     receive_run_folder(data, run_dir, node_root, suite_dir)
     return Started(status, launched=launched, placed=placed)
-
-
-def _lost(exc: BaseException, placed: dict[str, Any] | None) -> Started:
-    """A run whose task Ray lost: the failed cell names the node (or says the task never reached one)."""
-    cause = getattr(exc, "cause", None) if type(exc).__name__ == "RayTaskError" else None
-    kind = type(cause or exc).__name__
-    where = (f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})" if placed
-             else "before it reached a Ray node")
-    lost_type = "RayNodeLost" if kind in LOST_TYPES else "RayTaskFailed"
-    return Started(None, placed=placed, lost=f"its Ray task ended {where} without sending the run folder back "
-                                             f"({kind}: {first_sentence(cause or exc)})", lost_type=lost_type)
 
 
 def stage_inputs(suite_dir: Path, inputs: dict[str, str | None]) -> list[tuple[str, str, Path, str]]:
@@ -253,5 +254,5 @@ def stage_inputs(suite_dir: Path, inputs: dict[str, str | None]) -> list[tuple[s
     return out
 
 
-__all__ = ["run_all_on_ray", "ray_problem", "run_request", "RaySession", "start_on_ray", "stage_inputs",
+__all__ = ["run_all_on_ray", "ray_problem", "run_request", "run_machines", "RaySession", "start_on_ray", "stage_inputs",
            "RAY_FIX", "check_fits", "cluster_device"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from bench.errors import UserError
-from bench.execution.processes import KILL_AFTER_S, Progress
+from bench.execution.processes import KILL_AFTER_S, Progress, Started
 from bench.execution.ray_transfer import pack
 
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
@@ -26,6 +26,10 @@ run's worker inherits it. A Ray started here sets 0, the priority the local sche
 machine shared with other work competes as it would without Ray. A joined cluster keeps its own setting."""
 RELAY_POLL_S = 0.3
 """Seconds between the driver's collections of the relayed progress."""
+LOST_TYPES = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
+              "ActorDiedError", "LocalRayletDiedError", "ObjectFetchTimedOutError")
+"""Ray exceptions that mean the node or the task's worker process went away (error type RayNodeLost); any other
+is the task failing (RayTaskFailed)."""
 
 
 def first_sentence(exc: BaseException) -> str:
@@ -33,6 +37,17 @@ def first_sentence(exc: BaseException) -> str:
     text = str(exc).strip()
     line = text.splitlines()[0] if text else ""
     return line.split(". ", 1)[0].rstrip(".")[:300]
+
+
+def lost_run(exc: BaseException, placed: dict[str, Any] | None) -> Started:
+    """A run whose task Ray lost: the failed cell names the node (or says the task never reached one)."""
+    cause = getattr(exc, "cause", None) if type(exc).__name__ == "RayTaskError" else None
+    kind = type(cause or exc).__name__
+    where = (f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})" if placed
+             else "before it reached a Ray node")
+    lost_type = "RayNodeLost" if kind in LOST_TYPES else "RayTaskFailed"
+    return Started(None, placed=placed, lost=f"its Ray task ended {where} without sending the run folder back "
+                                             f"({kind}: {first_sentence(cause or exc)})", lost_type=lost_type)
 
 
 @contextlib.contextmanager
@@ -120,8 +135,9 @@ class RaySession:
             return self._refs[arcname]
 
     # -- running tasks ----------------------------------------------------------------------------------
-    def expect(self, run_id: str, progress: Progress) -> None:
-        """Route ``run_id``'s relayed progress to ``progress`` (before its task is submitted: nothing is missed)."""
+    def expect(self, run_id: str, progress: Progress | None) -> None:
+        """Route ``run_id``'s relayed progress to ``progress`` (before its task is submitted: nothing is missed);
+        None keeps only where its task started (a run's machine other than machine 0)."""
         with self._lock:
             self._running[run_id] = (None, progress)
 
@@ -147,6 +163,13 @@ class RaySession:
         while run_id not in self._ended and time.monotonic() < deadline:
             self.pump()
             time.sleep(RELAY_POLL_S)
+
+    def cancel(self, run_id: str) -> None:
+        """Cancel ``run_id``'s task if it is still tracked (one machine of a run whose other machine was lost)."""
+        with self._lock:
+            task = self._running.get(run_id, (None, None))[0]
+        if task is not None:
+            self._cancel(task)
 
     def cancel_all(self) -> None:
         """Cancel every task submitted and not finished (queued ones never start; running ones stop their worker)."""
@@ -206,4 +229,4 @@ class RaySession:
             progress.update(message[1], message[2], message[3])
 
 
-__all__ = ["RaySession", "first_sentence", "WORKER_NICENESS_ENV"]
+__all__ = ["RaySession", "first_sentence", "lost_run", "LOST_TYPES", "WORKER_NICENESS_ENV"]
