@@ -167,6 +167,27 @@ def test_a_missing_tracker_is_refused_before_any_work(monkeypatch: pytest.Monkey
     check_trackers(spec)
 
 
+def test_under_ray_mlflow_needs_a_store_that_outlives_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray node's scratch copy of the suite folder, with MLflow's default store in it, is removed when its task
+    ends: under scheduler.name=ray mlflow without MLFLOW_TRACKING_URI is one line before any work; with it, fine,
+    and the nodes get its value (the trackers' settings travel with every run, their credentials do not)."""
+    from bench.config.loading import load_spec
+    from bench.execution.preflight import check_trackers
+    from bench.execution.ray_scheduler import FORWARDED_ENV
+
+    monkeypatch.setattr(trackers, "missing", lambda report_to: [])  # installed or not, the store is the question
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    spec = load_spec("cpu-quick", ["telemetry.report_to=[tensorboard,mlflow]", "scheduler.name=ray"])
+    with pytest.raises(UserError) as err:
+        check_trackers(spec)
+    assert "\n" not in str(err.value) and "set MLFLOW_TRACKING_URI to an MLflow server" in str(err.value)
+    check_trackers(load_spec("cpu-quick", ["telemetry.report_to=[mlflow]"]))  # local: the store is the suite's
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
+    check_trackers(spec)
+    assert {"MLFLOW_TRACKING_URI", "WANDB_PROJECT", "TRACKIO_SPACE_ID"} <= set(FORWARDED_ENV)
+    assert not {"WANDB_API_KEY", "HF_TOKEN"} & set(FORWARDED_ENV)
+
+
 def test_bench_run_refuses_an_uninstalled_tracker_in_one_line_with_exit_2(tmp_path: Path) -> None:
     from bench_cli import run_quick_suite
 

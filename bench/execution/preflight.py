@@ -122,10 +122,12 @@ def check_generation_backend(spec: Spec, cuda_available: bool | None = None, bui
 
 def check_trackers(spec: Spec) -> None:
     """telemetry.report_to: every tracker it names is installed (one line naming the extra otherwise); looked up, not
-    imported (bench.telemetry.trackers.check_installed)."""
-    from bench.telemetry.trackers import check_installed
+    imported (bench.telemetry.trackers.check_installed); and under Ray, logs into a store that outlives the node's
+    scratch copy of the suite folder (bench.telemetry.trackers.check_stays)."""
+    from bench.telemetry.trackers import check_installed, check_stays
 
     check_installed(spec.telemetry.report_to)
+    check_stays(spec.telemetry.report_to, spec.scheduler.name)
 
 
 def device_problem(preset: str, cuda_available: bool, torch_version: str, torch_cuda: str | None,

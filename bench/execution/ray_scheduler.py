@@ -33,6 +33,7 @@ from bench.execution.ray_session import RaySession, first_sentence, lost_run
 from bench.execution.ray_transfer import receive_run_folder
 from bench.execution.worker import RUN_FILE
 from bench.results import RESULT_FILE, write_json_atomic
+from bench.telemetry.trackers import SETTINGS_ENV
 
 RAY_FIX = "./run_all.sh --with-ray sets .venv up with it (or pip install -e '.[ray]')"
 """How a user installs Ray for the suite: the optional extra."""
@@ -41,9 +42,11 @@ PROBE_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 45.0
 """Seconds the check that Ray can join scheduler.address may take (a child process: ray.init, then the cluster's
 resources), so a `bench run` against a dead address ends within a minute."""
-FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS")
+FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS",
+                 *SETTINGS_ENV)
 """Variables of the driver's environment every worker gets on its node, when set here: the hub's offline switches
-(a suite told to stay offline stays offline on every node) and an explicit OpenMP thread count."""
+(a suite told to stay offline stays offline on every node), an explicit OpenMP thread count, and where the trackers
+log (bench.telemetry.trackers.SETTINGS_ENV; not their credentials)."""
 MAX_WAITING_THREADS = 256
 """Most method runs submitted to Ray at once (one driver thread each waits for its task); the rest queue here."""
 # -- before any work: is Ray here, does the address answer -------------------------------------------------

@@ -72,6 +72,24 @@ def missing(report_to: Iterable[str]) -> list[str]:
     return [name for name in asked(report_to) if importlib.util.find_spec(MODULES[name]) is None]
 
 
+SETTINGS_ENV = ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_BASE_URL", "MLFLOW_TRACKING_URI",
+                "MLFLOW_EXPERIMENT_NAME", "TRACKIO_PROJECT", "TRACKIO_SPACE_ID")
+"""The trackers' settings read from the environment (where and under which project a run logs). A run started on
+another machine (a Ray node) gets the driver's values of these, so it logs where the driver's user asked; their
+credentials (WANDB_API_KEY, MLflow's, HF_TOKEN) are not sent along: each node keeps its own."""
+
+
+def check_stays(report_to: Iterable[str], scheduler: str) -> None:
+    """UserError (one line) when a tracker would log into a folder that a run on another machine never sends back:
+    under the Ray scheduler MLflow's default store, ``SUITE_DIR/mlruns``, is the node's scratch copy of the suite
+    folder, removed when the run's task ends; a tracking server (MLFLOW_TRACKING_URI) keeps the runs."""
+    if scheduler == "ray" and "mlflow" in report_to and not os.environ.get("MLFLOW_TRACKING_URI"):
+        raise UserError("'telemetry.report_to' lists mlflow under scheduler.name=ray, but MLFLOW_TRACKING_URI is not "
+                        "set: MLflow's default store is a folder in the suite folder, and a Ray node's copy of it is "
+                        "never sent back; set MLFLOW_TRACKING_URI to an MLflow server (or a file: path every node "
+                        "mounts), or leave mlflow out of telemetry.report_to")
+
+
 def check_installed(report_to: Iterable[str]) -> None:
     """UserError (one line: the CLI prints it and exits 2) when an asked-for tracker is not installed; run before
     any work (bench.execution.preflight)."""
