@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from spec_errors import spec_error
@@ -168,3 +170,127 @@ def test_an_archive_member_outside_its_folder_is_refused(tmp_path: Path) -> None
     with pytest.raises((tarfile.TarError, ValueError)):  # the data filter's OutsideDestinationError, or ours
         unpack(buffer.getvalue(), tmp_path / "root")
     assert not (tmp_path / "escaped.txt").exists()
+
+
+# -- a run across machines: the driver's side, against a stand-in for Ray ------------------------------------------
+def _error(name: str) -> type:
+    """An exception class named like one of Ray's (lost_run tells a lost node from a failed task by the name)."""
+    return type(name, (Exception,), {})
+
+
+class _FakeRay:
+    """ray.wait / ray.get over callables: the newest submitted task finishes first (so machine 1 before machine
+    0); each ref returns its task's outcome or raises its error."""
+
+    class exceptions:
+        RayError = Exception
+
+    @staticmethod
+    def wait(refs: list, num_returns: int, timeout: float) -> tuple[list, list]:
+        return refs[-num_returns:], refs[:-num_returns]
+
+    @staticmethod
+    def get(ref):
+        return ref()
+
+
+class _Session:
+    """The RaySession calls _collect makes: where each key's task ran, and which keys it cancelled."""
+
+    def __init__(self, placed: dict) -> None:
+        self.placed, self.cancelled = placed, []
+
+    def untrack(self, key: str) -> dict:
+        return self.placed[key]
+
+    def cancel(self, key: str) -> None:
+        self.cancelled.append(key)
+
+    def wait_until_ended(self, key: str) -> None:
+        pass
+
+
+def _machine_folder(root: Path, files: dict[str, str]) -> bytes:
+    root.mkdir(parents=True)
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return pack(root, ".")
+
+
+def _node(name: str) -> dict:
+    return {"node_id": f"{name}-0123456789abcdef", "node_ip": f"10.0.0.{len(name)}", "hostname": name}
+
+
+def _rank_record(rank: int) -> str:
+    return json.dumps({"rank": rank, "world_size": 2, "machine_rank": rank, "status": "ok", "error": None,
+                       "memory": {"peak_bytes": 100 * (rank + 1), "source": "cpu-rss"},
+                       "throughput": {"completions": 4, "generated_tokens": 40, "trained_tokens": 80},
+                       "prompt_ids": [rank]})
+
+
+def _two_machines(run_id: str) -> tuple[Any, list, dict]:
+    from bench.execution.launch import MachineRole
+    from bench.execution.plan import PlannedRun
+
+    run = PlannedRun(run_id, run_id.split("-")[0], "method", 0, run_id, "suite")
+    return run, [MachineRole(k, 2, "10.0.0.1", 29500) for k in (0, 1)], {run_id: _node("a"),
+                                                                          f"{run_id}@machine1": _node("bb")}
+
+
+def test_a_run_across_machines_gets_every_machines_rank_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Machine 0's folder becomes the run's; machine 1's rank record and console join it; the records merge into
+    one result over both ranks, and the placement lists both nodes."""
+    from bench.execution.processes import Stopper
+    from bench.execution.ray_machines import _collect
+    from bench.results import empty_result
+
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay)
+    suite, run_id = tmp_path / "suite", "grpo_engine-s0"
+    run, roles, placed = _two_machines(run_id)
+    run_dir = suite / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text("{}")
+    result = dict(empty_result(run_id, "method", "grpo_engine", "GRPO (suite engine)", "suite", 0), status="ok",
+                  memory={"peak_bytes": 100, "source": "cpu-rss"}, throughput={"train_s": 2.0, "completions": 4})
+    zero = _machine_folder(tmp_path / "m0", {"result.json": json.dumps(result), "rank0.json": _rank_record(0),
+                                             "worker.log": "machine 0"})
+    one = _machine_folder(tmp_path / "m1", {"rank1.json": _rank_record(1), "worker.log": "machine 1"})
+    refs = [lambda: (placed[run_id], 0, True, "/scratch/suite", zero),
+            lambda: (placed[f"{run_id}@machine1"], 0, True, "/scratch/suite", one)]
+    started = _collect(suite, run, run_dir, roles, refs, Stopper(io.StringIO()), _Session(placed))
+    assert started.status == 0 and started.lost is None
+    assert [m["hostname"] for m in started.placed["machines"]] == ["a", "bb"] and started.placed["hostname"] == "a"
+    merged = json.loads((run_dir / "result.json").read_text())
+    assert [r["rank"] for r in merged["memory"]["ranks"]] == [0, 1] and merged["memory"]["peak_bytes"] == 200
+    assert merged["throughput"]["completions"] == 8 and merged["throughput"]["processes"] == 2
+    assert (run_dir / "worker.log").read_text() == "machine 0"
+    assert (run_dir / "worker.machine1.log").read_text() == "machine 1"
+    assert (run_dir / "run.json").read_text() == "{}"  # the driver's own
+
+
+def test_a_lost_machine_fails_the_run_naming_it_and_cancels_the_others(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Machine 1's node dies: machine 0's task is cancelled at once (its rank would wait for machine 1's until the
+    process group timed out) and the run is a lost cell naming machine 1 and its node."""
+    from bench.execution.processes import Stopper
+    from bench.execution.ray_machines import _collect
+
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay)
+    run_id = "ppo_verifier-s0"
+    run, roles, placed = _two_machines(run_id)
+
+    def node_died():
+        raise _error("NodeDiedError")("Task failed because the node it was running on is dead or unavailable. More")
+
+    def cancelled():
+        raise _error("TaskCancelledError")("Task was cancelled")
+
+    session = _Session(placed)
+    started = _collect(tmp_path, run, tmp_path / run_id, roles, [cancelled, node_died], Stopper(io.StringIO()),
+                       session)
+    assert session.cancelled == [run_id]  # machine 0's task
+    assert started.status is None and started.lost_type == "RayNodeLost"
+    assert started.lost == ("machine 1 of 2: its Ray task ended on Ray node bb (10.0.0.2, node id bb-0123456789abc) "
+                            "without sending the run folder back (NodeDiedError: Task failed because the node it was "
+                            "running on is dead or unavailable)")
+    assert [m["hostname"] for m in started.placed["machines"]] == ["a", "bb"]
