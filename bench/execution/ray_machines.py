@@ -73,8 +73,12 @@ def start_across_machines(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: 
             if stopper.requested.is_set():
                 return Started(None)
         on = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k) for k in range(machines)]
-        address, port = ray.get(ray.remote(num_cpus=0)(node_rendezvous).options(scheduling_strategy=on[0])
-                                .remote(spec.launcher.main_port))
+        try:
+            address, port = ray.get(ray.remote(num_cpus=0)(node_rendezvous).options(scheduling_strategy=on[0])
+                                    .remote(spec.launcher.main_port))
+        except ray.exceptions.RayError as exc:  # machine 0's node went away between the reservation and now
+            lost = lost_run(exc, None)
+            return Started(None, lost=f"machine 0 of {machines}: {lost.lost}", lost_type=lost.lost_type)
         roles = [MachineRole(k, machines, address, port) for k in range(machines)]
         refs = []
         for role in roles:
