@@ -96,6 +96,18 @@ class Progress:
                 pass
 
 
+def say_best_effort(stream: TextIO, text: str) -> None:
+    """Write ``text`` to the console and flush it, dropping a failure: the console's lines only report what the suite
+    folder already records (results, ``suite.json``'s ``last_run``), so a console that went away must not change how
+    the run ends. A closed terminal fails every write with EIO, and a run whose SIGHUP is ignored (started under
+    `nohup` or `trap '' HUP`), or whose terminal closes just as it prints its last line, is still writing to it."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError:
+        pass
+
+
 def worker_env(spec: Spec, base_env: Mapping[str, str], gpus: Sequence[str] | None = None) -> dict[str, str]:
     """The environment of a one-process worker: ``base_env`` with the worker pinned to one GPU unless device is cpu.
 

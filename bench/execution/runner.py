@@ -41,7 +41,7 @@ from bench.execution.sweep import job_spec, job_sweep
 from bench.execution.run_failure import OUT_OF_MEMORY
 from bench.execution.worker import RUN_FILE
 from bench.execution.processes import (KILLED_FROM_OUTSIDE, Progress, Started, Stopper, killed_from_outside,
-                                       launch_worker, wait_or_cancel, worker_env)
+                                       launch_worker, say_best_effort, wait_or_cancel, worker_env)
 from bench.execution.devices import DevicePlan, DevicePool, Slot, placement, plan_devices
 from bench.execution.suite_folder import (SUITE_FILE, SuiteLock, _point_latest, check_suite_dir, default_out_dir,
                                           prepare_suite_dir)
@@ -155,10 +155,9 @@ def run_suite(spec: Spec, suite_dir: Path, resume: bool = False, repo_dir: Path 
             _point_latest(suite_dir)
         outcome = summarize(suite_dir, runs, index_html, stopper.signal_name, time.monotonic() - started)
         _write_state(suite_dir, outcome, command if outcome.exit_code == 130 else None)
-        stream.write(outcome.summary + "\n")
-        if outcome.exit_code == 130:
-            stream.write(f"resume with: {command}\n")
-        stream.flush()
+        # best-effort: the outcome is on disk now, and a closed terminal must not turn it into exit status 1
+        resume_line = f"resume with: {command}\n" if outcome.exit_code == 130 else ""
+        say_best_effort(stream, f"{outcome.summary}\n{resume_line}")
         return outcome
     finally:
         stopper.restore()
