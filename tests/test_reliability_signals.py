@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import pty
+import signal
 import subprocess
 import sys
 import termios
@@ -29,7 +30,14 @@ from bench.cli import main
 from bench.errors import UserError
 
 
-def _controlling_terminal() -> None:  # in the child, after setsid: the pty on stdin becomes its terminal
+def _controlling_terminal() -> None:
+    """In the child, after setsid: the pty on stdin becomes its terminal, and SIGHUP is as in a terminal's session.
+
+    A test suite started under nohup (or anything else that ignores or blocks SIGHUP) passes that on through exec,
+    and bench then rightly keeps ignoring it (:func:`test_sighup_is_taken_over_unless_the_run_was_started_under_nohup`):
+    closing the terminal would not stop the run this test watches."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGHUP])
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
@@ -115,7 +123,6 @@ def test_sighup_is_taken_over_unless_the_run_was_started_under_nohup() -> None:
     """`nohup bench run ...` ignores SIGHUP before the suite starts: the run must go on ignoring it, or closing the
     terminal would stop the very run nohup was asked to keep alive."""
     import io
-    import signal
 
     from bench.execution.processes import Stopper
 
@@ -157,3 +164,44 @@ def test_progress_to_a_closed_terminal_does_not_stop_the_run() -> None:
     progress.update(1, 2, {"loss": 0.5})
     progress.note("still here")
     progress.finish("ok")
+
+
+@pytest.mark.parametrize("signal_name, code, state", [(None, 0, "complete"), ("SIGHUP", 130, "interrupted")])
+def test_a_console_gone_before_the_last_line_does_not_change_the_exit_status(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_name: str | None, code: int, state: str) -> None:
+    """The terminal closed and the run went on to its end: with SIGHUP ignored (started under nohup, which closing the
+    terminal must not stop), or with the SIGHUP still pending when the summary is printed. Writing the summary to the
+    hung-up terminal fails (EIO); the run ends as it recorded (0, or 130 interrupted), not with exit status 1."""
+    import errno
+
+    import bench.execution.runner as runner
+    import bench.report
+    from bench.config.loading import load_spec
+    from bench.results import RESULT_FILE, empty_result, write_json_atomic
+
+    class Gone:
+        def write(self, text: str) -> int:
+            raise OSError(errno.EIO, "Input/output error")
+
+        def flush(self) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        def isatty(self) -> bool:
+            return False
+
+    def run_all(spec, suite_dir, runs, resume, repo_dir, stream, stopper, devices=None) -> None:
+        for run in runs:  # every run ends ok, or (after a stop request) interrupted, as its worker records it
+            result = empty_result(run.run_id, run.kind, run.name, run.label, run.engine, run.seed)
+            result["status"] = "ok"
+            (suite_dir / "runs" / run.run_id).mkdir(parents=True, exist_ok=True)
+            write_json_atomic(suite_dir / "runs" / run.run_id / RESULT_FILE, result)
+        stopper.signal_name = signal_name
+
+    monkeypatch.setattr(runner, "_run_all", run_all)
+    monkeypatch.setattr(bench.report, "build_report", lambda suite_dir: suite_dir / "index.html")
+    out = tmp_path / "suite"
+    outcome = runner.run_suite(load_spec("cpu-quick", OVERRIDES), out, stream=Gone())
+    assert outcome.exit_code == code
+    last_run = json.loads((out / "suite.json").read_text())["last_run"]
+    assert (last_run["exit_status"], last_run["state"]) == (code, state)
+    assert not (out / ".lock").exists()
