@@ -1,6 +1,7 @@
 """The Ray scheduler's parts that need no Ray: the scheduler block's validation, what a run asks of a node, the
-thread share on a node, the worker's environment there, which stage outputs travel, and the run folder's way back
-(atomic, the driver's run.json kept, node paths moved back, nothing unpacked outside its folder)."""
+thread share on a node, the worker's environment there, which stage outputs travel, the run folder's way back
+(atomic, the driver's run.json kept, node paths moved back, nothing unpacked outside its folder), and the same
+through a storage folder (scheduler.storage) instead of the object store."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from spec_errors import spec_error
 
 from bench.config.loading import load_spec
 from bench.execution.plan import make_plan
+from bench.execution.ray_channel import ObjectStoreTransfer, StorageTransfer, make_transfer, storage_problem
 from bench.execution.ray_node import lay_out, node_env, share_of_node
 from bench.execution.ray_scheduler import check_fits, cluster_device, run_request, stage_inputs
 from bench.execution.ray_transfer import pack, receive_run_folder, unpack
@@ -32,6 +34,13 @@ def test_the_scheduler_block_is_validated_in_one_line() -> None:
     assert "'scheduler.address' must be null" in spec_error(["scheduler.name=ray", "scheduler.address=http://x"])
     assert "drop gpus" in spec_error(["scheduler.name=ray", "gpus=[0]"])
     assert "unknown key 'scheduler.nme'" in spec_error(["scheduler.nme=ray"])
+    ray = ["scheduler.name=ray"]
+    assert load_spec("cpu-quick", ray + ["scheduler.storage=/mnt/shared", "scheduler.max_retries=2"]).scheduler \
+        .storage == "/mnt/shared"
+    assert "'scheduler.storage' is '/mnt/x' but 'scheduler.name' is 'local'" in spec_error(["scheduler.storage=/mnt/x"])
+    assert "'scheduler.storage' must be an absolute path" in spec_error(ray + ["scheduler.storage=shared"])
+    assert "'scheduler.max_retries' is 1 but 'scheduler.name' is 'local'" in spec_error(["scheduler.max_retries=1"])
+    assert "'scheduler.max_retries' must be an integer in [0, 100]" in spec_error(ray + ["scheduler.max_retries=-1"])
 
 
 def test_the_plan_says_how_its_runs_are_scheduled() -> None:
@@ -142,3 +151,60 @@ def test_an_archive_member_outside_its_folder_is_refused(tmp_path: Path) -> None
     with pytest.raises((tarfile.TarError, ValueError)):  # the data filter's OutsideDestinationError, or ours
         unpack(buffer.getvalue(), tmp_path / "root")
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_a_storage_folder_must_exist_and_be_writable_on_the_driver(tmp_path: Path) -> None:
+    assert storage_problem(None) is None and storage_problem(str(tmp_path)) is None
+    missing = storage_problem(str(tmp_path / "nowhere"))
+    assert missing and "does not exist on this machine" in missing and "scheduler.storage=null" in missing
+    (tmp_path / "file").write_text("")
+    assert "is not a folder" in (storage_problem(str(tmp_path / "file")) or "")
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]  # the write check leaves nothing behind
+
+
+def _node_run_folder(node_root: Path) -> Path:
+    sent = node_root / "runs" / "grpo-s0"
+    (sent / "tensorboard").mkdir(parents=True)
+    (sent / "run.json").write_text("{}")
+    (sent / "result.json").write_text(json.dumps({"model": str(node_root / "runs/warm_start/model")}))
+    (sent / "tensorboard" / "events").write_bytes(bytes(range(256)) * 64)
+    return sent
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_storage_folder_carries_inputs_and_run_folders_as_the_object_store_does(tmp_path: Path) -> None:
+    storage, suite, node_root = tmp_path / "storage", tmp_path / "suite", tmp_path / "scratch" / "suite"
+    storage.mkdir()
+    transfer = make_transfer(str(storage), "suite")
+    assert isinstance(make_transfer(None, "suite"), ObjectStoreTransfer) and isinstance(transfer, StorageTransfer)
+    assert transfer.describe() == f"storage: {storage}" and ObjectStoreTransfer().describe() == "object store"
+    folder = Path(transfer.folder)
+    assert folder.parent == storage and folder.name.startswith("suite-")
+    (suite / "runs/warm_start/model").mkdir(parents=True)
+    (suite / "runs/warm_start/model/config.json").write_text('{"layers": 2}')
+    sent = transfer.send_input(suite / "runs/warm_start/model", "runs/warm_start/model")
+    assert Path(sent) == folder / "inputs/runs/warm_start/model.tar"
+    job = {"run_id": "grpo-s0", "inputs": {"init_model_dir": str(suite / "runs/warm_start/model")}}
+    lay_out(node_root, job, [("init_model_dir", "runs/warm_start/model", transfer.fetch_input(sent))])
+    assert (node_root / "runs/warm_start/model/config.json").read_text() == '{"layers": 2}'
+
+    by_storage, by_object_store = suite / "runs" / "grpo-s0", tmp_path / "other" / "runs" / "grpo-s0"
+    for run_dir in (by_storage, by_object_store):
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_text('{"asked": "by the driver"}')
+    on_node = _node_run_folder(node_root)
+    tar = transfer.send_back(on_node, "grpo-s0")
+    assert Path(tar) == folder / "runs" / "grpo-s0.tar"
+    assert sorted(p.name for p in (folder / "runs").iterdir()) == ["grpo-s0.tar"]  # no temporary name left
+    transfer.take_back(tar, by_storage, str(node_root), suite)
+    objects = ObjectStoreTransfer()
+    objects.take_back(objects.send_back(on_node, "grpo-s0"), by_object_store, str(node_root), suite)
+    assert _tree(by_storage) == _tree(by_object_store) and "tensorboard/events" in _tree(by_storage)
+    assert json.loads((by_storage / "result.json").read_text()) == {"model": str(suite / "runs/warm_start/model")}
+    assert not Path(tar).exists()  # the driver drops the tar once the run folder is in place
+    transfer.close()
+    assert list(storage.iterdir()) == []  # the suite's storage folder is gone; the storage itself stays
+    transfer.close()  # idempotent

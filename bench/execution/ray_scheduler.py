@@ -4,7 +4,8 @@ started by a Ray task on the node Ray picks (:mod:`bench.execution.ray_node`) in
 This module is the driver's side. It starts a Ray instance here (``scheduler.address: null``; shut down at the end,
 however the suite ends) or joins a cluster (``auto``, ``ray://HOST:PORT``); asks Ray, for each run, for its threads'
 CPUs and, on a GPU, its processes' GPUs (:func:`run_request`); sends each task the stage outputs its run reads as
-tar bytes through the object store (one object per stage output, shared by every run that reads it); shows the
+tars, through the object store or a folder every node mounts (``scheduler.storage``; each stage output sent once and
+shared by every run that reads it: :mod:`bench.execution.ray_channel`); shows the
 progress the task relays through the runner's own progress lines; and unpacks the run folder the task sends back
 into ``SUITE_DIR/runs/<run_id>``, atomically (:mod:`bench.execution.ray_transfer`). A task that Ray loses (its node
 died, its worker process crashed) is a failed cell naming the node; Ray never retries one (``max_retries=0``), so
@@ -28,8 +29,8 @@ from typing import Any, Callable, TextIO
 from bench.errors import UserError
 from bench.execution.plan import PlannedRun
 from bench.execution.processes import Progress, Started, Stopper, wait_or_cancel
+from bench.execution.ray_channel import make_transfer
 from bench.execution.ray_session import RaySession, first_sentence
-from bench.execution.ray_transfer import receive_run_folder
 from bench.execution.worker import RUN_FILE
 from bench.results import RESULT_FILE, write_json_atomic
 
@@ -115,7 +116,7 @@ def run_all_on_ray(spec: Any, suite_dir: Path, runs: list[PlannedRun], resume: b
     Ray is started or joined first and closed last, whatever happens in between (a second signal, which exits at
     once, shuts a Ray started here down first). ``execute_run`` is the runner's (resume, skips, the record), given
     this scheduler's start."""
-    session = RaySession(spec.scheduler.address, stream)
+    session = RaySession(spec.scheduler.address, stream, make_transfer(spec.scheduler.storage, suite_dir.name))
     schedule = session.open()
     previous = stopper.on_exit_now
 
@@ -125,6 +126,7 @@ def run_all_on_ray(spec: Any, suite_dir: Path, runs: list[PlannedRun], resume: b
 
     stopper.on_exit_now = exit_now
     try:
+        session.transfer.open(schedule["nodes"])  # storage: every node shares it (the probe), before any work
         device = cluster_device(spec.device, schedule["nodes"])
         check_fits(spec, runs, device, schedule["nodes"], session.started_here, stream)
         record_schedule(suite_dir, dict(schedule, device=device))
@@ -214,7 +216,7 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
     task = session.run_task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
                                     name=f"bench:{run.run_id}")
     session.expect(run.run_id, progress)
-    ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay)
+    ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay, session.transfer)
     session.track(run.run_id, ref)
     try:
         placed, status, launched, node_root, data = ray.get(ref)
@@ -224,7 +226,7 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
             return Started(None, placed=session.untrack(run.run_id))
         return _lost(exc, session.untrack(run.run_id))
     session.untrack(run.run_id)
-    receive_run_folder(data, run_dir, node_root, suite_dir)
+    session.transfer.take_back(data, run_dir, node_root, suite_dir)
     return Started(status, launched=launched, placed=placed)
 
 

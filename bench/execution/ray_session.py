@@ -1,6 +1,7 @@
 """One suite's connection to Ray (the driver's side of :mod:`bench.execution.ray_scheduler`): starting a Ray
-instance here or joining a cluster, and closing it however the suite ends; the stage outputs put in the object
-store once; the relay that carries each running task's progress to its progress line; and cancelling every task.
+instance here or joining a cluster, and closing it however the suite ends; the stage outputs sent once (through the
+object store, or a storage folder: :mod:`bench.execution.ray_channel`); the relay that carries each running task's
+progress to its progress line; and cancelling every task.
 
 Progress travels through a small actor (:class:`bench.execution.ray_node.Relay`) rather than a streaming generator
 because Ray Client (``ray://HOST:PORT``) cannot stream a generator's results; one relay serves every run.
@@ -18,7 +19,7 @@ from typing import Any, Iterator, TextIO
 
 from bench.errors import UserError
 from bench.execution.processes import KILL_AFTER_S, Progress
-from bench.execution.ray_transfer import pack
+from bench.execution.ray_channel import ObjectStoreTransfer, Transfer
 
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
 """Ray starts its worker processes at nice 15 (seen in a task: os.getpriority) unless this says otherwise, and a
@@ -51,11 +52,12 @@ def _environment(name: str, value: str) -> Iterator[None]:
 
 class RaySession:
     """One suite's connection to Ray: started or joined by :meth:`open`, ended by :meth:`close` (a Ray instance
-    started here is shut down, so no Ray process outlives the suite); the stage outputs already in the object
-    store; the tasks running, each with its progress line, for the relay and :meth:`cancel_all`."""
+    started here is shut down, so no Ray process outlives the suite, and the transfer's leftovers removed); the stage
+    outputs already sent; the tasks running, each with its progress line, for the relay and :meth:`cancel_all`."""
 
-    def __init__(self, address: str | None, stream: TextIO) -> None:
+    def __init__(self, address: str | None, stream: TextIO, transfer: Transfer | None = None) -> None:
         self.address, self.stream = address, stream
+        self.transfer: Transfer = transfer or ObjectStoreTransfer()
         self.started_here = False
         self.relay: Any = None
         self.run_task: Any = None
@@ -91,7 +93,8 @@ class RaySession:
                             f"({type(exc).__name__}: {first_sentence(exc)}); check `ray status`, or set "
                             f"scheduler.name=local") from None
         threading.Thread(target=self._pump_until_closed, name="ray-relay", daemon=True).start()
-        return {"scheduler": "ray", "address": self.address or "started here", "nodes": self.nodes()}
+        return {"scheduler": "ray", "address": self.address or "started here", "transfer": self.transfer.describe(),
+                "nodes": self.nodes()}
 
     @staticmethod
     def nodes() -> list[dict[str, Any]]:
@@ -103,20 +106,21 @@ class RaySession:
                 for n in ray.nodes() if n.get("Alive")]
 
     def close(self) -> None:
-        """Stop relaying and leave Ray (shutting down a Ray started here)."""
+        """Stop relaying, leave Ray (shutting down a Ray started here) and remove what the transfer left."""
         import ray
 
         self._closing.set()
-        if ray.is_initialized():
-            ray.shutdown()
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+        finally:
+            self.transfer.close()
 
     def input_ref(self, path: Path, arcname: str) -> Any:
-        """The object holding ``path`` as tar bytes under ``arcname`` (put once, then shared)."""
-        import ray
-
+        """What a task fetches ``path`` from, as a tar under ``arcname`` (sent once, then shared)."""
         with self._lock:
             if arcname not in self._refs:
-                self._refs[arcname] = ray.put(pack(path, arcname))
+                self._refs[arcname] = self.transfer.send_input(path, arcname)
             return self._refs[arcname]
 
     # -- running tasks ----------------------------------------------------------------------------------
