@@ -2,7 +2,8 @@
 
 - A shortened cpu-quick (every stage and method) under a Ray instance started for the suite ends all ok, and every
   completion file is byte-identical to the same suite under the local scheduler; the record says where each ran.
-- Ray missing, or an address that answers nothing: one line, exit status 2, no traceback, nothing written.
+- Ray missing, an address that answers nothing, or a storage folder missing here: one line, exit status 2, no
+  traceback, nothing written.
 - Ray's own two-node test cluster (ray.cluster_utils.Cluster on this machine, each node with a scratch folder of its
   own), its data moving through a storage folder (scheduler.storage) rather than the object store: runs land on both
   nodes and every run folder arrives in the driver's suite folder; the node removed while it runs a method leaves
@@ -127,6 +128,15 @@ def test_an_address_that_answers_nothing_is_one_line_within_a_minute(tmp_path: P
     line = _one_line_exit_2(proc, out)
     assert "'scheduler.address' 'ray://127.0.0.1:9' answers nothing" in line, line
     assert took < 60, f"{took:.0f} s"
+
+
+@needs_ray
+def test_a_storage_folder_missing_here_is_one_line(tmp_path: Path, env: dict[str, str]) -> None:
+    out = tmp_path / "suite"
+    proc = bench(out, env, "scheduler.name=ray", f"scheduler.storage={tmp_path / 'not-mounted'}", timeout=120)
+    line = _one_line_exit_2(proc, out)
+    assert f"'scheduler.storage' '{tmp_path / 'not-mounted'}' does not exist on this machine" in line, line
+    assert "scheduler.storage=null" in line, line
 
 
 def suite_command(out: Path, *extra: str) -> list[str]:
