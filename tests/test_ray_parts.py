@@ -1,13 +1,15 @@
 """The Ray scheduler's parts that need no Ray: the scheduler block's validation, what a run asks of a node, the
 thread share on a node, the worker's environment there, which stage outputs travel, the run folder's way back
 (atomic, the driver's run.json kept, node paths moved back, nothing unpacked outside its folder), and the same
-through a storage folder (scheduler.storage) instead of the object store."""
+through a storage folder (scheduler.storage) instead of the object store; a run Ray started more than once
+(scheduler.max_retries) saying so."""
 
 from __future__ import annotations
 
 import io
 import json
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,9 @@ from bench.config.loading import load_spec
 from bench.execution.plan import make_plan
 from bench.execution.ray_channel import ObjectStoreTransfer, StorageTransfer, make_transfer, storage_problem
 from bench.execution.ray_node import lay_out, node_env, share_of_node
-from bench.execution.ray_scheduler import check_fits, cluster_device, run_request, stage_inputs
+from bench.execution.processes import Progress
+from bench.execution.ray_scheduler import _lost, check_fits, cluster_device, run_request, stage_inputs
+from bench.execution.ray_session import RaySession, retried_placement
 from bench.execution.ray_transfer import pack, receive_run_folder, unpack
 from bench.errors import UserError
 
@@ -208,3 +212,43 @@ def test_a_storage_folder_carries_inputs_and_run_folders_as_the_object_store_doe
     transfer.close()
     assert list(storage.iterdir()) == []  # the suite's storage folder is gone; the storage itself stays
     transfer.close()  # idempotent
+
+
+class NodeDiedError(Exception):
+    """Stands in for ray.exceptions.NodeDiedError (the scheduler reads the type's name)."""
+
+
+def test_a_run_ray_started_again_says_so_on_its_line_in_its_placement_and_when_it_fails() -> None:
+    spec = load_spec("cpu-quick", ["scheduler.name=ray", "scheduler.max_retries=2"])
+    run = make_plan(spec)[-1]
+    said = io.StringIO()
+    session = RaySession(None, said, max_retries=spec.scheduler.max_retries)
+    session.expect(run.run_id, Progress(said, threading.Lock(), False, 7, 7, run))
+    first = {"scheduler": "ray", "node_id": "a" * 56, "node_ip": "192.0.2.2", "hostname": "gone", "gpus": [],
+             "cpus": 1.0}
+    second = dict(first, node_id="b" * 56, node_ip="192.0.2.3", hostname="kept", gpus=["0"])
+    session._show(run.run_id, ("start", first))
+    assert retried_placement(session._attempts[run.run_id], set()) == first  # one attempt: the placement as it was
+    session._show(run.run_id, ("start", second))
+    assert said.getvalue().splitlines()[1:] == [  # after the line Progress opens with
+        f"[7/7] {run.run_id}: on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa)",
+        f"[7/7] {run.run_id}: retrying on Ray node kept (192.0.2.3, node id bbbbbbbbbbbbbbbb), GPUs 0 (attempt 2 of 3)"]
+
+    placed = retried_placement(session._attempts[run.run_id], {"a" * 56})
+    assert placed is not None and placed["node_id"] == "b" * 56 and placed["gpus"] == ["0"]  # where it ran last
+    assert placed["attempts"] == [{"node_id": "a" * 56, "node_ip": "192.0.2.2", "hostname": "gone"},
+                                  {"node_id": "b" * 56, "node_ip": "192.0.2.3", "hostname": "kept"}]
+    assert placed["retried"] == ("retried 1 time: attempt 1 on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa) "
+                                 "was lost (its node died)")
+    assert retried_placement([first, first, second], set())["retried"].startswith(
+        "retried 2 times: attempt 1 on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa) was lost (its worker "
+        "process died); attempt 2 on")
+    assert retried_placement([], set()) is None
+
+    exhausted = _lost(NodeDiedError("Task failed because the node it was running on is dead. More"), placed)
+    assert exhausted.lost_type == "RayNodeLost" and exhausted.placed == placed
+    assert exhausted.lost == (
+        "its Ray task ended on Ray node kept (192.0.2.3, node id bbbbbbbbbbbbbbbb) without sending the run folder "
+        "back (NodeDiedError: Task failed because the node it was running on is dead) after 2 attempts (retried 1 "
+        "time: attempt 1 on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa) was lost (its node died))")
+    assert "attempts" not in (_lost(NodeDiedError("x"), first).lost or "")  # attempted once: as before

@@ -8,9 +8,11 @@ tars, through the object store or a folder every node mounts (``scheduler.storag
 shared by every run that reads it: :mod:`bench.execution.ray_channel`); shows the
 progress the task relays through the runner's own progress lines; and unpacks the run folder the task sends back
 into ``SUITE_DIR/runs/<run_id>``, atomically (:mod:`bench.execution.ray_transfer`). A task that Ray loses (its node
-died, its worker process crashed) is a failed cell naming the node; Ray never retries one (``max_retries=0``), so
-each run is attempted once and ``--resume`` re-runs what failed. A stop request cancels every pending and running
-task (the task stops its worker as the local scheduler would) before Ray is shut down.
+died, its worker process crashed) is a failed cell naming the node, which ``--resume`` re-runs; with
+``scheduler.max_retries`` N > 0 Ray starts it again up to N times first (never after the run itself failed:
+``retry_exceptions=False``), and a run that took more than one attempt says so in its placement. A stop request
+cancels every pending and running task (the task stops its worker as the local scheduler would) before Ray is shut
+down.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from bench.errors import UserError
 from bench.execution.plan import PlannedRun
 from bench.execution.processes import Progress, Started, Stopper, wait_or_cancel
 from bench.execution.ray_channel import make_transfer
-from bench.execution.ray_session import RaySession, first_sentence
+from bench.execution.ray_session import RaySession, first_sentence, node_name
 from bench.execution.worker import RUN_FILE
 from bench.results import RESULT_FILE, write_json_atomic
 
@@ -116,7 +118,8 @@ def run_all_on_ray(spec: Any, suite_dir: Path, runs: list[PlannedRun], resume: b
     Ray is started or joined first and closed last, whatever happens in between (a second signal, which exits at
     once, shuts a Ray started here down first). ``execute_run`` is the runner's (resume, skips, the record), given
     this scheduler's start."""
-    session = RaySession(spec.scheduler.address, stream, make_transfer(spec.scheduler.storage, suite_dir.name))
+    session = RaySession(spec.scheduler.address, stream, make_transfer(spec.scheduler.storage, suite_dir.name),
+                         spec.scheduler.max_retries)
     schedule = session.open()
     previous = stopper.on_exit_now
 
@@ -213,7 +216,8 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
               for key, relative, path, arcname in stage_inputs(suite_dir, job.get("inputs") or {})]
     cpus, gpus = run_request(spec, run, device)
     forwarded = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
-    task = session.run_task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
+    task = session.run_task.options(num_cpus=cpus, num_gpus=gpus, max_retries=session.max_retries,
+                                    retry_exceptions=False,
                                     name=f"bench:{run.run_id}")
     session.expect(run.run_id, progress)
     ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay, session.transfer)
@@ -225,20 +229,22 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
             session.wait_until_ended(run.run_id)
             return Started(None, placed=session.untrack(run.run_id))
         return _lost(exc, session.untrack(run.run_id))
-    session.untrack(run.run_id)
+    placed = session.untrack(run.run_id) or placed  # the relayed one: with every attempt's node when retried
     session.transfer.take_back(data, run_dir, node_root, suite_dir)
     return Started(status, launched=launched, placed=placed)
 
 
 def _lost(exc: BaseException, placed: dict[str, Any] | None) -> Started:
-    """A run whose task Ray lost: the failed cell names the node (or says the task never reached one)."""
+    """A run whose task Ray lost: the failed cell names the node (or says the task never reached one) and, when
+    Ray had started it more than once, how many attempts it made."""
     cause = getattr(exc, "cause", None) if type(exc).__name__ == "RayTaskError" else None
     kind = type(cause or exc).__name__
-    where = (f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})" if placed
-             else "before it reached a Ray node")
+    where = f"on {node_name(placed)}" if placed else "before it reached a Ray node"
+    attempts = len(placed.get("attempts", [])) if placed else 0
+    tried = f" after {attempts} attempts ({placed['retried']})" if attempts > 1 else ""
     lost_type = "RayNodeLost" if kind in LOST_TYPES else "RayTaskFailed"
     return Started(None, placed=placed, lost=f"its Ray task ended {where} without sending the run folder back "
-                                             f"({kind}: {first_sentence(cause or exc)})", lost_type=lost_type)
+                                             f"({kind}: {first_sentence(cause or exc)}){tried}", lost_type=lost_type)
 
 
 def stage_inputs(suite_dir: Path, inputs: dict[str, str | None]) -> list[tuple[str, str, Path, str]]:

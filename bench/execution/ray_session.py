@@ -55,15 +55,17 @@ class RaySession:
     started here is shut down, so no Ray process outlives the suite, and the transfer's leftovers removed); the stage
     outputs already sent; the tasks running, each with its progress line, for the relay and :meth:`cancel_all`."""
 
-    def __init__(self, address: str | None, stream: TextIO, transfer: Transfer | None = None) -> None:
+    def __init__(self, address: str | None, stream: TextIO, transfer: Transfer | None = None,
+                 max_retries: int = 0) -> None:
         self.address, self.stream = address, stream
         self.transfer: Transfer = transfer or ObjectStoreTransfer()
+        self.max_retries = max_retries
         self.started_here = False
         self.relay: Any = None
         self.run_task: Any = None
         self._refs: dict[str, Any] = {}
         self._running: dict[str, tuple[Any, Progress]] = {}
-        self._placed: dict[str, dict[str, Any]] = {}
+        self._attempts: dict[str, list[dict[str, Any]]] = {}
         self._ended: set[str] = set()
         self._cancelled = False
         self._lock = threading.Lock()
@@ -138,11 +140,23 @@ class RaySession:
             self._cancel(task)
 
     def untrack(self, run_id: str) -> dict[str, Any] | None:
-        """Stop routing ``run_id`` after relaying what it sent; returns where its task ran (None if unknown)."""
+        """Stop routing ``run_id`` after relaying what it sent; returns where its task ran (None if unknown), with
+        each attempt's node and a ``retried`` note when Ray started it more than once (:func:`retried_placement`)."""
         self.pump()
         with self._lock:
             self._running.pop(run_id, None)
-            return self._placed.get(run_id)
+            attempts = list(self._attempts.get(run_id, []))
+        return retried_placement(attempts, self._dead_nodes() if len(attempts) > 1 else set())
+
+    @staticmethod
+    def _dead_nodes() -> set[str]:
+        """The ids of the nodes Ray counts as dead (best effort: empty when Ray cannot say)."""
+        import ray
+
+        try:
+            return {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+        except Exception:  # noqa: BLE001 - Ray is closing: the note then says only that the attempt was lost
+            return set()
 
     def wait_until_ended(self, run_id: str, timeout: float = KILL_AFTER_S + 10) -> None:
         """After a cancel: until the task says it has stopped its worker and removed its scratch folder (its
@@ -195,19 +209,48 @@ class RaySession:
             return
         with self._lock:
             progress = self._running.get(run_id, (None, None))[1]
-        if kind == "start":
-            self._placed[run_id] = placed = message[1]
+        if kind == "start":  # once per attempt: Ray starts the task again after a system failure (max_retries)
+            placed = message[1]
+            with self._lock:
+                attempts = self._attempts.setdefault(run_id, [])
+                attempts.append(placed)
+                attempt = len(attempts)
         if progress is None:
             return
         if kind == "start":  # the clock starts on the node, as under the local scheduler (not in Ray's queue)
             progress.started = time.monotonic()
-            progress.note(f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id "
-                          f"{placed['node_id'][:16]})" + (f", GPUs {','.join(placed['gpus'])}" if placed["gpus"]
-                                                          else ""))
+            again = "retrying " if attempt > 1 else ""
+            of = f" (attempt {attempt} of {self.max_retries + 1})" if attempt > 1 else ""
+            progress.note(f"{again}on {node_name(placed)}" + (f", GPUs {','.join(placed['gpus'])}" if placed["gpus"]
+                                                             else "") + of)
         elif kind == "phase":
             progress.last_phase = message[1]
         elif kind == "progress":
             progress.update(message[1], message[2], message[3])
 
 
-__all__ = ["RaySession", "first_sentence", "WORKER_NICENESS_ENV"]
+def node_name(placed: dict[str, Any]) -> str:
+    """A node as the console and the record name it: ``Ray node HOST (IP, node id FIRST-16-HEX)``."""
+    return f"Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})"
+
+
+def retried_placement(attempts: list[dict[str, Any]], dead_nodes: set[str]) -> dict[str, Any] | None:
+    """A run's ``placement`` from the placement each attempt of its task relayed as it started: the last one, and
+    when Ray started the task more than once (``scheduler.max_retries``), ``attempts`` (each attempt's node, in
+    order) and ``retried``, a note naming each earlier attempt's node and whether that node died (``dead_nodes``)
+    or only the task's worker process was lost. None when no attempt started."""
+    if not attempts:
+        return None
+    placed = dict(attempts[-1])
+    if len(attempts) == 1:
+        return placed
+    lost = "; ".join(f"attempt {i} on {node_name(a)} was lost "
+                     f"({'its node died' if a['node_id'] in dead_nodes else 'its worker process died'})"
+                     for i, a in enumerate(attempts[:-1], 1))
+    retries = len(attempts) - 1
+    placed["attempts"] = [{k: a[k] for k in ("node_id", "node_ip", "hostname")} for a in attempts]
+    placed["retried"] = f"retried {retries} time{'s' if retries > 1 else ''}: {lost}"
+    return placed
+
+
+__all__ = ["RaySession", "first_sentence", "node_name", "retried_placement", "WORKER_NICENESS_ENV"]
