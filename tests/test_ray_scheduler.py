@@ -2,8 +2,8 @@
 
 - A shortened cpu-quick (every stage and method) under a Ray instance started for the suite ends all ok, and every
   completion file is byte-identical to the same suite under the local scheduler; the record says where each ran.
-- Ray missing, an address that answers nothing, or a storage folder missing here: one line, exit status 2, no
-  traceback, nothing written.
+- Ray missing, or an address that answers nothing: one line, exit status 2, no traceback, nothing written; a storage
+  folder missing here is refused by the same preflight.
 - Ray's own two-node test cluster (ray.cluster_utils.Cluster on this machine, each node with a scratch folder of its
   own), its data moving through a storage folder (scheduler.storage) rather than the object store: runs land on both
   nodes and every run folder arrives in the driver's suite folder; the node removed while it runs a method leaves
@@ -131,12 +131,17 @@ def test_an_address_that_answers_nothing_is_one_line_within_a_minute(tmp_path: P
 
 
 @needs_ray
-def test_a_storage_folder_missing_here_is_one_line(tmp_path: Path, env: dict[str, str]) -> None:
-    out = tmp_path / "suite"
-    proc = bench(out, env, "scheduler.name=ray", f"scheduler.storage={tmp_path / 'not-mounted'}", timeout=120)
-    line = _one_line_exit_2(proc, out)
-    assert f"'scheduler.storage' '{tmp_path / 'not-mounted'}' does not exist on this machine" in line, line
-    assert "scheduler.storage=null" in line, line
+def test_a_storage_folder_missing_here_is_refused_before_any_work(tmp_path: Path) -> None:
+    """In this process (bench run's preflight, whose UserError is one line and exit status 2 as for the address
+    above), to spare the Ray tests another `bench run`."""
+    from bench.config.loading import load_spec
+    from bench.execution.preflight import check_scheduler
+
+    missing = tmp_path / "not-mounted"
+    with pytest.raises(UserError) as refused:
+        check_scheduler(load_spec("cpu-quick", ["scheduler.name=ray", f"scheduler.storage={missing}"]))
+    assert str(refused.value).startswith(f"'scheduler.storage' '{missing}' does not exist on this machine; create it")
+    check_scheduler(load_spec("cpu-quick", ["scheduler.name=ray", f"scheduler.storage={tmp_path}"]))  # exists: ok
 
 
 def suite_command(out: Path, *extra: str) -> list[str]:
