@@ -110,18 +110,17 @@ class StorageTransfer:
         Path(self.folder).mkdir(parents=True, exist_ok=True)
         probe_storage(Path(self.folder), self.storage, nodes)
 
-    def send_input(self, path: Path, arcname: str) -> str:
-        target = Path(self.folder) / "inputs" / f"{arcname}.tar"
-        pack_file(path, arcname, target)
-        return str(target)
+    # paths, not strings, travel: ray_transfer.unpack and receive_run_folder read a Path as a tar file
+    def send_input(self, path: Path, arcname: str) -> Path:
+        return pack_file(path, arcname, Path(self.folder) / "inputs" / f"{arcname}.tar")
 
-    def fetch_input(self, sent: str) -> Path:
+    def fetch_input(self, sent: Path) -> Path:
         return Path(sent)
 
-    def send_back(self, run_dir: Path, run_id: str) -> str:
-        return str(pack_file(run_dir, ".", Path(self.folder) / "runs" / f"{run_id}.tar"))
+    def send_back(self, run_dir: Path, run_id: str) -> Path:
+        return pack_file(run_dir, ".", Path(self.folder) / "runs" / f"{run_id}.tar")
 
-    def take_back(self, sent: str, run_dir: Path, node_root: str, suite_dir: Path) -> None:
+    def take_back(self, sent: Path, run_dir: Path, node_root: str, suite_dir: Path) -> None:
         try:
             receive_run_folder(Path(sent), run_dir, node_root, suite_dir)
         finally:
