@@ -1,6 +1,8 @@
 """The Ray scheduler's parts that need no Ray: the scheduler block's validation, what a run asks of a node, the
-thread share on a node, the worker's environment there, which stage outputs travel, and the run folder's way back
-(atomic, the driver's run.json kept, node paths moved back, nothing unpacked outside its folder)."""
+thread share on a node, the worker's environment there, which stage outputs travel, the run folder's way back
+(atomic, the driver's run.json kept, node paths moved back, nothing unpacked outside its folder), and the same
+through a storage folder (scheduler.storage) instead of the object store; a run Ray started more than once
+(scheduler.max_retries) saying so."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import io
 import json
 import sys
 import tarfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +19,11 @@ from spec_errors import spec_error
 
 from bench.config.loading import load_spec
 from bench.execution.plan import make_plan
+from bench.execution.ray_channel import ObjectStoreTransfer, StorageTransfer, make_transfer, storage_problem
 from bench.execution.ray_node import lay_out, node_env, share_of_node
-from bench.execution.ray_scheduler import check_fits, cluster_device, run_request, stage_inputs
+from bench.execution.processes import Progress
+from bench.execution.ray_scheduler import _lost, check_fits, cluster_device, run_request, stage_inputs
+from bench.execution.ray_session import RaySession, retried_placement
 from bench.execution.ray_transfer import pack, receive_run_folder, unpack
 from bench.errors import UserError
 
@@ -34,6 +40,13 @@ def test_the_scheduler_block_is_validated_in_one_line() -> None:
     assert "'scheduler.address' must be null" in spec_error(["scheduler.name=ray", "scheduler.address=http://x"])
     assert "drop gpus" in spec_error(["scheduler.name=ray", "gpus=[0]"])
     assert "unknown key 'scheduler.nme'" in spec_error(["scheduler.nme=ray"])
+    ray = ["scheduler.name=ray"]
+    assert load_spec("cpu-quick", ray + ["scheduler.storage=/mnt/shared", "scheduler.max_retries=2"]).scheduler \
+        .storage == "/mnt/shared"
+    assert "'scheduler.storage' is '/mnt/x' but 'scheduler.name' is 'local'" in spec_error(["scheduler.storage=/mnt/x"])
+    assert "'scheduler.storage' must be an absolute path" in spec_error(ray + ["scheduler.storage=shared"])
+    assert "'scheduler.max_retries' is 1 but 'scheduler.name' is 'local'" in spec_error(["scheduler.max_retries=1"])
+    assert "'scheduler.max_retries' must be an integer in [0, 100]" in spec_error(ray + ["scheduler.max_retries=-1"])
 
 
 def test_the_plan_says_how_its_runs_are_scheduled() -> None:
@@ -294,3 +307,100 @@ def test_a_lost_machine_fails_the_run_naming_it_and_cancels_the_others(tmp_path:
                             "without sending the run folder back (NodeDiedError: Task failed because the node it was "
                             "running on is dead or unavailable)")
     assert [m["hostname"] for m in started.placed["machines"]] == ["a", "bb"]
+
+
+def test_a_storage_folder_must_exist_and_be_writable_on_the_driver(tmp_path: Path) -> None:
+    assert storage_problem(None) is None and storage_problem(str(tmp_path)) is None
+    missing = storage_problem(str(tmp_path / "nowhere"))
+    assert missing and "does not exist on this machine" in missing and "scheduler.storage=null" in missing
+    (tmp_path / "file").write_text("")
+    assert "is not a folder" in (storage_problem(str(tmp_path / "file")) or "")
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]  # the write check leaves nothing behind
+
+
+def _node_run_folder(node_root: Path) -> Path:
+    sent = node_root / "runs" / "grpo-s0"
+    (sent / "tensorboard").mkdir(parents=True)
+    (sent / "run.json").write_text("{}")
+    (sent / "result.json").write_text(json.dumps({"model": str(node_root / "runs/warm_start/model")}))
+    (sent / "tensorboard" / "events").write_bytes(bytes(range(256)) * 64)
+    return sent
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_storage_folder_carries_inputs_and_run_folders_as_the_object_store_does(tmp_path: Path) -> None:
+    storage, suite, node_root = tmp_path / "storage", tmp_path / "suite", tmp_path / "scratch" / "suite"
+    storage.mkdir()
+    transfer = make_transfer(str(storage), "suite")
+    assert isinstance(make_transfer(None, "suite"), ObjectStoreTransfer) and isinstance(transfer, StorageTransfer)
+    assert transfer.describe() == f"storage: {storage}" and ObjectStoreTransfer().describe() == "object store"
+    folder = Path(transfer.folder)
+    assert folder.parent == storage and folder.name.startswith("suite-")
+    (suite / "runs/warm_start/model").mkdir(parents=True)
+    (suite / "runs/warm_start/model/config.json").write_text('{"layers": 2}')
+    sent = transfer.send_input(suite / "runs/warm_start/model", "runs/warm_start/model")
+    assert Path(sent) == folder / "inputs/runs/warm_start/model.tar"
+    job = {"run_id": "grpo-s0", "inputs": {"init_model_dir": str(suite / "runs/warm_start/model")}}
+    lay_out(node_root, job, [("init_model_dir", "runs/warm_start/model", transfer.fetch_input(sent))])
+    assert (node_root / "runs/warm_start/model/config.json").read_text() == '{"layers": 2}'
+
+    by_storage, by_object_store = suite / "runs" / "grpo-s0", tmp_path / "other" / "runs" / "grpo-s0"
+    for run_dir in (by_storage, by_object_store):
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_text('{"asked": "by the driver"}')
+    on_node = _node_run_folder(node_root)
+    tar = transfer.send_back(on_node, "grpo-s0")
+    assert Path(tar) == folder / "runs" / "grpo-s0.tar"
+    assert sorted(p.name for p in (folder / "runs").iterdir()) == ["grpo-s0.tar"]  # no temporary name left
+    transfer.take_back(tar, by_storage, str(node_root), suite)
+    objects = ObjectStoreTransfer()
+    objects.take_back(objects.send_back(on_node, "grpo-s0"), by_object_store, str(node_root), suite)
+    assert _tree(by_storage) == _tree(by_object_store) and "tensorboard/events" in _tree(by_storage)
+    assert json.loads((by_storage / "result.json").read_text()) == {"model": str(suite / "runs/warm_start/model")}
+    assert not Path(tar).exists()  # the driver drops the tar once the run folder is in place
+    transfer.close()
+    assert list(storage.iterdir()) == []  # the suite's storage folder is gone; the storage itself stays
+    transfer.close()  # idempotent
+
+
+class NodeDiedError(Exception):
+    """Stands in for ray.exceptions.NodeDiedError (the scheduler reads the type's name)."""
+
+
+def test_a_run_ray_started_again_says_so_on_its_line_in_its_placement_and_when_it_fails() -> None:
+    spec = load_spec("cpu-quick", ["scheduler.name=ray", "scheduler.max_retries=2"])
+    run = make_plan(spec)[-1]
+    said = io.StringIO()
+    session = RaySession(None, said, max_retries=spec.scheduler.max_retries)
+    session.expect(run.run_id, Progress(said, threading.Lock(), False, 7, 7, run))
+    first = {"scheduler": "ray", "node_id": "a" * 56, "node_ip": "192.0.2.2", "hostname": "gone", "gpus": [],
+             "cpus": 1.0}
+    second = dict(first, node_id="b" * 56, node_ip="192.0.2.3", hostname="kept", gpus=["0"])
+    session._show(run.run_id, ("start", first))
+    assert retried_placement(session._attempts[run.run_id], set()) == first  # one attempt: the placement as it was
+    session._show(run.run_id, ("start", second))
+    assert said.getvalue().splitlines()[1:] == [  # after the line Progress opens with
+        f"[7/7] {run.run_id}: on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa)",
+        f"[7/7] {run.run_id}: retrying on Ray node kept (192.0.2.3, node id bbbbbbbbbbbbbbbb), GPUs 0 (attempt 2 of 3)"]
+
+    placed = retried_placement(session._attempts[run.run_id], {"a" * 56})
+    assert placed is not None and placed["node_id"] == "b" * 56 and placed["gpus"] == ["0"]  # where it ran last
+    assert placed["attempts"] == [{"node_id": "a" * 56, "node_ip": "192.0.2.2", "hostname": "gone"},
+                                  {"node_id": "b" * 56, "node_ip": "192.0.2.3", "hostname": "kept"}]
+    assert placed["retried"] == ("retried 1 time: attempt 1 on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa) "
+                                 "was lost (its node died)")
+    assert retried_placement([first, first, second], set())["retried"].startswith(
+        "retried 2 times: attempt 1 on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa) was lost (its worker "
+        "process died); attempt 2 on")
+    assert retried_placement([], set()) is None
+
+    exhausted = _lost(NodeDiedError("Task failed because the node it was running on is dead. More"), placed)
+    assert exhausted.lost_type == "RayNodeLost" and exhausted.placed == placed
+    assert exhausted.lost == (
+        "its Ray task ended on Ray node kept (192.0.2.3, node id bbbbbbbbbbbbbbbb) without sending the run folder "
+        "back (NodeDiedError: Task failed because the node it was running on is dead) after 2 attempts (retried 1 "
+        "time: attempt 1 on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa) was lost (its node died))")
+    assert "attempts" not in (_lost(NodeDiedError("x"), first).lost or "")  # attempted once: as before

@@ -2,10 +2,13 @@
 
 - A shortened cpu-quick (every stage and method) under a Ray instance started for the suite ends all ok, and every
   completion file is byte-identical to the same suite under the local scheduler; the record says where each ran.
-- Ray missing, or an address that answers nothing: one line, exit status 2, no traceback, nothing written.
+- Ray missing, or an address that answers nothing: one line, exit status 2, no traceback, nothing written; a storage
+  folder missing here is refused by the same preflight.
 - Ray's own two-node test cluster (ray.cluster_utils.Cluster on this machine, each node with a scratch folder of its
-  own): runs land on both nodes and every run folder arrives in the driver's suite folder; the node removed while
-  it runs a method leaves that run failed naming the node, the rest ok, and --resume completes it.
+  own), its data moving through a storage folder (scheduler.storage) rather than the object store: runs land on both
+  nodes and every run folder arrives in the driver's suite folder; the node removed while it runs a method leaves
+  that run failed naming the node, the rest ok, and --resume completes it; the storage folder is left empty. The
+  storage probe refuses, naming a node, a folder the nodes cannot read the driver's probe file in.
 - SIGINT during a method run: exit status 130, the run recorded as interrupted, and no Ray process (raylet) and no
   worker left behind.
 
@@ -27,6 +30,8 @@ from pathlib import Path
 import psutil
 import pytest
 from test_interrupts import Suite  # a `bench run` whose console is read while it runs
+
+from bench.errors import UserError
 
 pytestmark = pytest.mark.ray
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
@@ -90,6 +95,7 @@ def test_a_suite_under_ray_ends_ok_with_the_local_schedulers_completions(tmp_pat
         assert "bench-ray-" not in (on_ray / "runs" / run_id / "result.json").read_text()  # node paths moved back
     schedule = json.loads((on_ray / "suite.json").read_text())["schedule"]
     assert schedule["scheduler"] == "ray" and schedule["address"] == "started here" and len(schedule["nodes"]) == 1
+    assert schedule["transfer"] == "object store"
     assert (on_ray / "index.html").is_file()
     assert not list(Path(env["BENCH_RAY_SCRATCH"]).iterdir())  # every task removed its scratch folder
 
@@ -124,6 +130,20 @@ def test_an_address_that_answers_nothing_is_one_line_within_a_minute(tmp_path: P
     assert took < 60, f"{took:.0f} s"
 
 
+@needs_ray
+def test_a_storage_folder_missing_here_is_refused_before_any_work(tmp_path: Path) -> None:
+    """In this process (bench run's preflight, whose UserError is one line and exit status 2 as for the address
+    above), to spare the Ray tests another `bench run`."""
+    from bench.config.loading import load_spec
+    from bench.execution.preflight import check_scheduler
+
+    missing = tmp_path / "not-mounted"
+    with pytest.raises(UserError) as refused:
+        check_scheduler(load_spec("cpu-quick", ["scheduler.name=ray", f"scheduler.storage={missing}"]))
+    assert str(refused.value).startswith(f"'scheduler.storage' '{missing}' does not exist on this machine; create it")
+    check_scheduler(load_spec("cpu-quick", ["scheduler.name=ray", f"scheduler.storage={tmp_path}"]))  # exists: ok
+
+
 def suite_command(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "bench", "run", "--preset", "cpu-quick", "--out", str(out), *SMALL, *extra]
 
@@ -144,22 +164,63 @@ def _second_method_start_on(node_prefix: str, suite: Suite) -> str | None:
     return None
 
 
+def _probe_refuses_a_folder_the_nodes_do_not_see(address: str, storage: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The storage probe against the real cluster, from this process: the driver's probe file is moved away
+    right after the driver writes it (the patched writer), so the probe tasks on the real nodes look for it and do
+    not find it, as a node that mounts another filesystem at that path would not (both test nodes share this
+    machine's filesystem, so a truly unshared mount cannot be made here). A node that cannot run its task is
+    named too. Either way: one line naming the node and the fix, and no probe file left."""
+    import logging
+
+    import ray
+
+    from bench.execution import ray_channel
+    from bench.execution.ray_session import RaySession
+
+    write = ray_channel.write_driver_probe
+
+    def written_elsewhere(probes: Path, token: str) -> None:
+        write(probes, token)
+        (probes / ray_channel.DRIVER_PROBE).rename(probes / "elsewhere")
+
+    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        nodes = RaySession.nodes()
+        monkeypatch.setattr(ray_channel, "write_driver_probe", written_elsewhere)
+        with pytest.raises(UserError) as refused:
+            ray_channel.probe_storage(storage, str(storage), nodes)
+        message = str(refused.value)
+        assert f"scheduler.storage '{storage}' is not shared with Ray node " in message, message
+        assert any(f"({node['node_ip']}): it could not read the probe file the driver wrote there "
+                   f"(FileNotFoundError)" in message for node in nodes), message
+        assert message.endswith("or set scheduler.storage=null to move data through Ray's object store"), message
+        monkeypatch.setattr(ray_channel, "write_driver_probe", write)
+        with pytest.raises(UserError, match=r"could not be checked on Ray node 192\.0\.2\.99 .*probe task failed"):
+            ray_channel.probe_storage(storage, str(storage), nodes + [{"node_id": "0" * 56, "node_ip": "192.0.2.99"}])
+        assert not list(storage.iterdir())
+    finally:
+        ray.shutdown()
+
+
 @needs_ray
 def test_two_nodes_share_the_runs_and_a_lost_node_is_a_failed_cell_that_resume_completes(
-        tmp_path: Path, env: dict[str, str]) -> None:
+        tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     from ray.cluster_utils import Cluster
 
-    head_scratch, other_scratch = tmp_path / "head-scratch", tmp_path / "other-scratch"
-    head_scratch.mkdir()
-    other_scratch.mkdir()
+    head_scratch, other_scratch, storage = tmp_path / "head-scratch", tmp_path / "other-scratch", tmp_path / "storage"
+    for folder in (head_scratch, other_scratch, storage):
+        folder.mkdir()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
                                                             "env_vars": {"BENCH_RAY_SCRATCH": str(head_scratch)}})
     try:
         other = cluster.add_node(num_cpus=1, env_vars={"BENCH_RAY_SCRATCH": str(other_scratch)})
         cluster.wait_for_nodes()
+        _probe_refuses_a_folder_the_nodes_do_not_see(cluster.address, storage, monkeypatch)
         out = tmp_path / "suite"
         command = suite_command(out, *ENGINE_ONLY, "seeds=[0,1,2]", "scheduler.name=ray",
-                                f"scheduler.address={cluster.address}")  # six method runs for two nodes
+                                f"scheduler.address={cluster.address}",  # six method runs for two nodes
+                                f"scheduler.storage={storage}")  # their data through a folder both nodes mount
         suite = Suite(command, env, tmp_path / "console.txt")
         lost: list[str] = []
 
@@ -186,6 +247,8 @@ def test_two_nodes_share_the_runs_and_a_lost_node_is_a_failed_cell_that_resume_c
         others = [run_id for run_id in run_ids(out) if run_id != lost[0]]
         assert all(result(out, run_id)["status"] == "ok" for run_id in others), console[-3000:]
         assert not list(head_scratch.iterdir())
+        assert json.loads((out / "suite.json").read_text())["schedule"]["transfer"] == f"storage: {storage}"
+        assert not list(storage.iterdir()), list(storage.rglob("*"))  # the suite's storage folder went with it
         deadline = time.monotonic() + 20  # the lost node's worker sees its parent die and stops itself
         while any(alive(p) for p in workers) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -196,6 +259,7 @@ def test_two_nodes_share_the_runs_and_a_lost_node_is_a_failed_cell_that_resume_c
         assert f"{lost[0]}: on Ray node" in resumed.stderr and "already complete, skipped (--resume)" in resumed.stderr
         assert result(out, lost[0])["status"] == "ok"
         assert result(out, lost[0])["placement"]["node_id"] == cluster.head_node.node_id
+        assert not list(storage.iterdir())
     finally:
         cluster.shutdown()
 

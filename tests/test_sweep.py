@@ -79,6 +79,7 @@ def test_stage_inputs_are_found_by_run_id() -> None:
     ("sweep.axes={model.scale: [1]}", "is a group of settings; sweep one of them, e.g. 'model.scale.num_layers'"),
     ("sweep.axes={methods.ppo.vf_coef: [0.1]}", "cannot be swept"),
     ("sweep.axes={scheduler.name: [local, ray]}", "'sweep.axes' key 'scheduler.name' cannot be swept: it is how runs"),
+    ("sweep.axes={scheduler.storage: [/a, /b]}", "'sweep.axes' key 'scheduler.storage' cannot be swept: it is how"),
     ("sweep.axes={model.architecture: [qwen2.5-0.5b, qwen9]}", "sweep point qwen9 (model.architecture=qwen9): "
                                                                "unknown 'model.architecture' 'qwen9'"),
     ("sweep.axes={train.group_size: [1, 2]}", "sweep point G1 (train.group_size=1): "),  # GRPO needs G >= 2

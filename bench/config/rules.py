@@ -9,6 +9,7 @@ work starts; each failure is one line naming the key, the value and what is allo
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,8 @@ SPEC_RULES: dict[str, Rule] = {
     "launcher.num_processes": COUNT,
     "launcher.num_machines": COUNT,
     "launcher.main_port": within(1, 65535, note=" (or null: a free port)"),
+    "scheduler.max_retries": Rule(lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 100,
+                                  "must be an integer in [0, 100] (0 = a lost run is a failed cell)"),
     "sweep.steps": COUNT,
     "sweep.warmup_steps": at_least(0),
 }
@@ -287,7 +290,16 @@ def validate_scheduler(spec: Spec) -> None:
     if scheduler.name == "local":
         _need(address is None, f"'scheduler.address' is {address!r} but 'scheduler.name' is 'local'; add "
                                f"scheduler.name=ray to run on that cluster, or drop the address")
+        _need(scheduler.storage is None, f"'scheduler.storage' is {scheduler.storage!r} but 'scheduler.name' is "
+                                         f"'local', whose runs write the suite folder directly; add "
+                                         f"scheduler.name=ray, or drop the storage")
+        _need(scheduler.max_retries == 0, f"'scheduler.max_retries' is {scheduler.max_retries} but 'scheduler.name' "
+                                          f"is 'local', which never retries a run (--resume re-runs a failed one); "
+                                          f"add scheduler.name=ray, or drop max_retries")
         return
+    _need(scheduler.storage is None or os.path.isabs(scheduler.storage),
+          f"'scheduler.storage' must be an absolute path that every node mounts at the same place, got "
+          f"{scheduler.storage!r}; e.g. scheduler.storage=/mnt/shared/bench, or null for Ray's object store")
     _need(address is None or bool(SCHEDULER_ADDRESS.fullmatch(address)),
           f"'scheduler.address' must be null (a Ray instance started here), auto (the cluster this machine is a node "
           f"of) or ray://HOST:PORT, got {address!r}; e.g. scheduler.address=ray://head:10001")

@@ -427,6 +427,19 @@ class SchedulerSpec:
     joins the cluster this machine is a node of (a head or worker node, or RAY_ADDRESS); ray://HOST:PORT joins a
     cluster through its Ray Client server (port 10001 by default); HOST:PORT joins through its GCS address.
     Checked before any work: an address that answers nothing stops `bench run` in one line."""
+    storage: str | None = None
+    """With name ray: null moves each run's stage inputs to its node, and its run folder back, as tar bytes
+    through Ray's object store (no shared filesystem needed). An absolute path that every node, and this machine,
+    mounts at the same place (NFS, a shared volume) moves them as tar files there instead, which suits model
+    weights larger than the object store: the suite writes under PATH/<suite folder>-<id>/ and removes that folder
+    when it ends. Checked before any work: the folder must exist and be writable here, and right after Ray starts
+    every node must read a probe file written here and write one this machine reads (one line naming the node
+    otherwise)."""
+    max_retries: int = 0
+    """With name ray: how many times Ray may start a run's task again after a system failure (its node died, its
+    worker process crashed; never after the run itself failed). 0: such a run is a failed cell and --resume runs it
+    again. A run that was retried says so: its result's placement lists each attempt's node (``attempts``) and a
+    ``retried`` note names the node lost; the console says "retrying on Ray node ... (attempt 2 of 3)"."""
 
 
 def _default_methods() -> dict[str, Any]:

@@ -57,6 +57,7 @@ FORBIDDEN: dict[str, str] = {
     "threads": "a point's timing must not change with its thread count", "parallel_runs": "it is how runs are scheduled",
     "name": "it names the whole suite", "description": "it describes the whole suite",
     "scheduler.name": "it is how runs are scheduled", "scheduler.address": "it is where runs are scheduled",
+    "scheduler.storage": "it is how runs' data moves", "scheduler.max_retries": "it is how runs are scheduled",
 }
 """Keys an axis may not name, with the reason shown in the error."""
 

@@ -76,13 +76,16 @@ def check_device(spec: Spec) -> None:
 
 
 def check_scheduler(spec: Spec) -> None:
-    """scheduler.name ray: Ray imports here (one line naming ./run_all.sh --with-ray otherwise) and a
-    scheduler.address answers and lets Ray join (within a minute); bench.execution.ray_scheduler.ray_problem."""
+    """scheduler.name ray: Ray imports here (one line naming ./run_all.sh --with-ray otherwise), a
+    scheduler.address answers and lets Ray join (within a minute; bench.execution.ray_scheduler.ray_problem), and a
+    scheduler.storage is a folder writable here (bench.execution.ray_channel.storage_problem; whether every node
+    shares it is checked once Ray is up)."""
     if spec.scheduler.name != "ray":
         return
+    from bench.execution.ray_channel import storage_problem
     from bench.execution.ray_scheduler import ray_problem
 
-    problem = ray_problem(spec.scheduler.address)
+    problem = ray_problem(spec.scheduler.address) or storage_problem(spec.scheduler.storage)
     if problem:
         raise UserError(problem)
 

@@ -26,7 +26,7 @@ from bench.execution.plan import PlannedRun
 from bench.execution.processes import Progress, Started, Stopper
 from bench.execution.ray_node import relay_key
 from bench.execution.ray_session import RaySession, lost_run
-from bench.execution.ray_transfer import receive_run_folder, unpack
+from bench.execution.ray_transfer import unpack
 
 STRATEGY = "STRICT_SPREAD"
 """Ray's placement strategy for a run's machines: every bundle on a different node (two machines of one run on one
@@ -84,10 +84,12 @@ def start_across_machines(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: 
         for role in roles:
             key = relay_key(run.run_id, role)
             session.expect(key, progress if role.rank == 0 else None)
+            # max_retries=0 whatever scheduler.max_retries says: one machine started again could not rejoin its peers
             task = session.run_task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
                                             name=f"bench:{run.run_id}:machine{role.rank}",
                                             scheduling_strategy=on[role.rank])
-            refs.append(task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay, role))
+            refs.append(task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay, role,
+                                    transfer=session.transfer))
             session.track(key, refs[-1])
         return _collect(suite_dir, run, run_dir, roles, refs, stopper, session)
     finally:
@@ -126,8 +128,8 @@ def _collect(suite_dir: Path, run: PlannedRun, run_dir: Path, roles: list[Machin
         return Started(None, placed=_placement(placed), lost=f"machine {k} of {len(roles)}: {lost.lost}",
                        lost_type=lost.lost_type)
     _, status, launched, node_root, data = outcomes[0]
-    receive_run_folder(data, run_dir, node_root, suite_dir)
-    for k in range(1, len(roles)):
+    session.transfer.take_back(data, run_dir, node_root, suite_dir)
+    for k in range(1, len(roles)):  # each machine's folder: tar bytes, or a tar file on scheduler.storage
         other_status = outcomes[k][1]
         _add_machine_records(outcomes[k][4], run_dir, k)
         if status == 0 and other_status != 0:
@@ -136,7 +138,7 @@ def _collect(suite_dir: Path, run: PlannedRun, run_dir: Path, roles: list[Machin
     return Started(status, launched=launched, placed=_placement(placed))
 
 
-def _add_machine_records(data: bytes, run_dir: Path, machine: int) -> None:
+def _add_machine_records(data: bytes | Path, run_dir: Path, machine: int) -> None:
     """Machine ``machine``'s rank records (rank<k>.json) and its worker log (as worker.machine<k>.log), from the run
     folder it sent back, into the driver's run folder; each file written whole (a copy, then a rename)."""
     incoming = run_dir.with_name(f".{run_dir.name}.machine{machine}-{uuid.uuid4().hex[:8]}")

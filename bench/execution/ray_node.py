@@ -5,8 +5,9 @@ driver while it runs, and send the finished run folder back.
 
 The task (:func:`run_task`) sends the driver, through a :class:`Relay` actor, ``("start", placement)``, then
 ``("phase", name)`` and ``("progress", step, total, metrics)`` as the worker reports them, and ``("ended",)`` last;
-it returns ``(placement, status, launched, node_root, folder_bytes)``. A cancel from the driver (Ctrl-C, SIGTERM)
-arrives as KeyboardInterrupt: the worker's process groups get SIGTERM, then SIGKILL after
+it returns ``(placement, status, launched, node_root, sent)``, ``sent`` the run folder as the transfer sends it
+(tar bytes, or a tar file's path on the storage: :mod:`bench.execution.ray_channel`). A cancel from the driver
+(Ctrl-C, SIGTERM) arrives as KeyboardInterrupt: the worker's process groups get SIGTERM, then SIGKILL after
 :data:`bench.execution.processes.KILL_AFTER_S`, as under the local scheduler, and the scratch folder is removed.
 """
 
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from bench.execution.processes import KILL_AFTER_S, Stopper, launch_worker, worker_env
-from bench.execution.ray_transfer import pack, unpack
+from bench.execution.ray_channel import ObjectStoreTransfer, Transfer
+from bench.execution.ray_transfer import unpack
 from bench.execution.worker import RUN_FILE
 
 SCRATCH_ENV = "BENCH_RAY_SCRATCH"
@@ -54,15 +56,16 @@ class Relay:
 
 
 def run_task(spec: Any, job: dict[str, Any], inputs: list[tuple[str, str, Any]], cpus: float,
-             forwarded: dict[str, str], suite_name: str, relay: Any, machine: Any = None) -> tuple:
+             forwarded: dict[str, str], suite_name: str, relay: Any, machine: Any = None,
+             transfer: Transfer | None = None) -> tuple:
     """A run's Ray task: :func:`run_on_node`, its messages sent to ``relay`` (best effort: a lost relay costs the
-    progress lines, never the run); returns ``(placement, status, launched, node_root, folder_bytes)``.
+    progress lines, never the run); returns ``(placement, status, launched, node_root, sent)``.
     ``machine``: this task's part of a run across machines (:class:`bench.execution.launch.MachineRole`); machine
-    k > 0 relays under ``<run id>@machine<k>`` (:func:`relay_key`)."""
+    k > 0 relays under ``<run id>@machine<k>`` (:func:`relay_key`). ``transfer``: how data travels."""
     placed = None
     key = relay_key(job["run_id"], machine)
     try:
-        for message in run_on_node(spec, job, inputs, cpus, forwarded, suite_name, machine):
+        for message in run_on_node(spec, job, inputs, cpus, forwarded, suite_name, machine, transfer):
             if message[0] == "done":
                 return (placed, *message[1:])
             if message[0] == "start":
@@ -141,7 +144,7 @@ def node_env(forwarded: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def lay_out(root: Path, job: dict[str, Any], inputs: list[tuple[str, str, bytes]]) -> Path:
+def lay_out(root: Path, job: dict[str, Any], inputs: list[tuple[str, str, bytes | Path]]) -> Path:
     """The run folder under ``root`` (``runs/<run id>/run.json``) with each stage output it reads unpacked at its
     path relative to the suite folder, and run.json's inputs pointed at them; returns the run folder."""
     paths = dict(job.get("inputs") or {})
@@ -156,25 +159,26 @@ def lay_out(root: Path, job: dict[str, Any], inputs: list[tuple[str, str, bytes]
 
 
 def run_on_node(spec: Any, job: dict[str, Any], inputs: list[tuple[str, str, Any]], cpus: float,
-                forwarded: dict[str, str], suite_name: str, machine: Any = None) -> Iterator[tuple]:
+                forwarded: dict[str, str], suite_name: str, machine: Any = None,
+                transfer: Transfer | None = None) -> Iterator[tuple]:
     """The body of a run's Ray task (see the module's docstring). ``inputs``: (run.json input key, path relative to
-    the suite folder, object ref of its tar bytes); ``forwarded``: environment variables the driver passes on (the
-    hub's offline switches); ``suite_name``: the suite folder's name, which the scratch copy keeps (trackers name a
-    run ``<suite folder>/<run id>``)."""
-    import ray
-
+    the suite folder, what ``transfer`` fetches its tar from); ``forwarded``: environment variables the driver
+    passes on (the hub's offline switches); ``suite_name``: the suite folder's name, which the scratch copy keeps
+    (trackers name a run ``<suite folder>/<run id>``); ``transfer``: how data travels (default the object store)."""
+    transfer = transfer or ObjectStoreTransfer()
     placed = node_placement(spec.device, cpus, share_of_node(spec.threads, cpus, job.get("parallel_runs")))
     yield ("start", placed)
     scratch = Path(tempfile.mkdtemp(prefix="bench-ray-", dir=os.environ.get(SCRATCH_ENV) or None))
     root = scratch / suite_name
     try:
-        fetched = [(key, relative, ray.get(ref)) for key, relative, ref in inputs]
+        fetched = [(key, relative, transfer.fetch_input(ref)) for key, relative, ref in inputs]
         run_dir = lay_out(root, dict(job, parallel_runs=placed["parallel_runs"], placement=placed), fetched)
         del fetched
         env = worker_env(spec, node_env(forwarded), tuple(placed["gpus"]) or None)
         outcome: dict[str, Any] = {}
         yield from _run_worker(spec, job, run_dir, env, tuple(placed["gpus"]), outcome, machine)
-        yield ("done", outcome["status"], outcome["launched"], str(root), pack(run_dir, "."))
+        sent = transfer.send_back(run_dir, relay_key(job["run_id"], machine))  # one tar per machine
+        yield ("done", outcome["status"], outcome["launched"], str(root), sent)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

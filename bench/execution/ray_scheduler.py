@@ -4,12 +4,15 @@ started by a Ray task on the node Ray picks (:mod:`bench.execution.ray_node`) in
 This module is the driver's side. It starts a Ray instance here (``scheduler.address: null``; shut down at the end,
 however the suite ends) or joins a cluster (``auto``, ``ray://HOST:PORT``); asks Ray, for each run, for its threads'
 CPUs and, on a GPU, its processes' GPUs (:func:`run_request`); sends each task the stage outputs its run reads as
-tar bytes through the object store (one object per stage output, shared by every run that reads it); shows the
+tars, through the object store or a folder every node mounts (``scheduler.storage``; each stage output sent once and
+shared by every run that reads it: :mod:`bench.execution.ray_channel`); shows the
 progress the task relays through the runner's own progress lines; and unpacks the run folder the task sends back
 into ``SUITE_DIR/runs/<run_id>``, atomically (:mod:`bench.execution.ray_transfer`). A task that Ray loses (its node
-died, its worker process crashed) is a failed cell naming the node; Ray never retries one (``max_retries=0``), so
-each run is attempted once and ``--resume`` re-runs what failed. A stop request cancels every pending and running
-task (the task stops its worker as the local scheduler would) before Ray is shut down.
+died, its worker process crashed) is a failed cell naming the node, which ``--resume`` re-runs; with
+``scheduler.max_retries`` N > 0 Ray starts it again up to N times first (never after the run itself failed:
+``retry_exceptions=False``), and a run that took more than one attempt says so in its placement. A stop request
+cancels every pending and running task (the task stops its worker as the local scheduler would) before Ray is shut
+down.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from bench.config.launcher import machines_for, processes_for
 from bench.errors import UserError
 from bench.execution.plan import PlannedRun
 from bench.execution.processes import Progress, Started, Stopper, wait_or_cancel
+from bench.execution.ray_channel import make_transfer
 from bench.execution.ray_session import RaySession, first_sentence, lost_run
-from bench.execution.ray_transfer import receive_run_folder
 from bench.execution.worker import RUN_FILE
 from bench.results import RESULT_FILE, write_json_atomic
 from bench.telemetry.trackers import SETTINGS_ENV
@@ -119,7 +122,8 @@ def run_all_on_ray(spec: Any, suite_dir: Path, runs: list[PlannedRun], resume: b
     Ray is started or joined first and closed last, whatever happens in between (a second signal, which exits at
     once, shuts a Ray started here down first). ``execute_run`` is the runner's (resume, skips, the record), given
     this scheduler's start."""
-    session = RaySession(spec.scheduler.address, stream)
+    session = RaySession(spec.scheduler.address, stream, make_transfer(spec.scheduler.storage, suite_dir.name),
+                         spec.scheduler.max_retries)
     schedule = session.open()
     previous = stopper.on_exit_now
 
@@ -129,6 +133,7 @@ def run_all_on_ray(spec: Any, suite_dir: Path, runs: list[PlannedRun], resume: b
 
     stopper.on_exit_now = exit_now
     try:
+        session.transfer.open(schedule["nodes"])  # storage: every node shares it (the probe), before any work
         device = cluster_device(spec.device, schedule["nodes"])
         check_fits(spec, runs, device, schedule["nodes"], session.started_here, stream)
         record_schedule(suite_dir, dict(schedule, device=device))
@@ -226,10 +231,11 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
 
         return start_across_machines(spec, suite_dir, run, run_dir, progress, stopper, session, (cpus, gpus),
                                      (job, inputs, forwarded))
-    task = session.run_task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0, retry_exceptions=False,
+    task = session.run_task.options(num_cpus=cpus, num_gpus=gpus, max_retries=session.max_retries,
+                                    retry_exceptions=False,
                                     name=f"bench:{run.run_id}")
     session.expect(run.run_id, progress)
-    ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay)
+    ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay, transfer=session.transfer)
     session.track(run.run_id, ref)
     try:
         placed, status, launched, node_root, data = ray.get(ref)
@@ -238,8 +244,8 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
             session.wait_until_ended(run.run_id)
             return Started(None, placed=session.untrack(run.run_id))
         return lost_run(exc, session.untrack(run.run_id))
-    session.untrack(run.run_id)
-    receive_run_folder(data, run_dir, node_root, suite_dir)
+    placed = session.untrack(run.run_id) or placed  # the relayed one: with every attempt's node when retried
+    session.transfer.take_back(data, run_dir, node_root, suite_dir)
     return Started(status, launched=launched, placed=placed)
 
 

@@ -1,6 +1,7 @@
 """One suite's connection to Ray (the driver's side of :mod:`bench.execution.ray_scheduler`): starting a Ray
-instance here or joining a cluster, and closing it however the suite ends; the stage outputs put in the object
-store once; the relay that carries each running task's progress to its progress line; and cancelling every task.
+instance here or joining a cluster, and closing it however the suite ends; the stage outputs sent once (through the
+object store, or a storage folder: :mod:`bench.execution.ray_channel`); the relay that carries each running task's
+progress to its progress line; and cancelling every task.
 
 Progress travels through a small actor (:class:`bench.execution.ray_node.Relay`) rather than a streaming generator
 because Ray Client (``ray://HOST:PORT``) cannot stream a generator's results; one relay serves every run.
@@ -18,7 +19,7 @@ from typing import Any, Iterator, TextIO
 
 from bench.errors import UserError
 from bench.execution.processes import KILL_AFTER_S, Progress, Started
-from bench.execution.ray_transfer import pack
+from bench.execution.ray_channel import ObjectStoreTransfer, Transfer
 
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
 """Ray starts its worker processes at nice 15 (seen in a task: os.getpriority) unless this says otherwise, and a
@@ -40,14 +41,16 @@ def first_sentence(exc: BaseException) -> str:
 
 
 def lost_run(exc: BaseException, placed: dict[str, Any] | None) -> Started:
-    """A run whose task Ray lost: the failed cell names the node (or says the task never reached one)."""
+    """A run whose task Ray lost: the failed cell names the node (or says the task never reached one) and, when
+    Ray had started it more than once (scheduler.max_retries), how many attempts it made."""
     cause = getattr(exc, "cause", None) if type(exc).__name__ == "RayTaskError" else None
     kind = type(cause or exc).__name__
-    where = (f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})" if placed
-             else "before it reached a Ray node")
+    where = f"on {node_name(placed)}" if placed else "before it reached a Ray node"
+    attempts = len(placed.get("attempts", [])) if placed else 0
+    tried = f" after {attempts} attempts ({placed['retried']})" if attempts > 1 else ""
     lost_type = "RayNodeLost" if kind in LOST_TYPES else "RayTaskFailed"
     return Started(None, placed=placed, lost=f"its Ray task ended {where} without sending the run folder back "
-                                             f"({kind}: {first_sentence(cause or exc)})", lost_type=lost_type)
+                                             f"({kind}: {first_sentence(cause or exc)}){tried}", lost_type=lost_type)
 
 
 @contextlib.contextmanager
@@ -66,17 +69,20 @@ def _environment(name: str, value: str) -> Iterator[None]:
 
 class RaySession:
     """One suite's connection to Ray: started or joined by :meth:`open`, ended by :meth:`close` (a Ray instance
-    started here is shut down, so no Ray process outlives the suite); the stage outputs already in the object
-    store; the tasks running, each with its progress line, for the relay and :meth:`cancel_all`."""
+    started here is shut down, so no Ray process outlives the suite, and the transfer's leftovers removed); the stage
+    outputs already sent; the tasks running, each with its progress line, for the relay and :meth:`cancel_all`."""
 
-    def __init__(self, address: str | None, stream: TextIO) -> None:
+    def __init__(self, address: str | None, stream: TextIO, transfer: Transfer | None = None,
+                 max_retries: int = 0) -> None:
         self.address, self.stream = address, stream
+        self.transfer: Transfer = transfer or ObjectStoreTransfer()
+        self.max_retries = max_retries
         self.started_here = False
         self.relay: Any = None
         self.run_task: Any = None
         self._refs: dict[str, Any] = {}
         self._running: dict[str, tuple[Any, Progress]] = {}
-        self._placed: dict[str, dict[str, Any]] = {}
+        self._attempts: dict[str, list[dict[str, Any]]] = {}
         self._ended: set[str] = set()
         self._cancelled = False
         self._lock = threading.Lock()
@@ -106,7 +112,8 @@ class RaySession:
                             f"({type(exc).__name__}: {first_sentence(exc)}); check `ray status`, or set "
                             f"scheduler.name=local") from None
         threading.Thread(target=self._pump_until_closed, name="ray-relay", daemon=True).start()
-        return {"scheduler": "ray", "address": self.address or "started here", "nodes": self.nodes()}
+        return {"scheduler": "ray", "address": self.address or "started here", "transfer": self.transfer.describe(),
+                "nodes": self.nodes()}
 
     @staticmethod
     def nodes() -> list[dict[str, Any]]:
@@ -118,20 +125,21 @@ class RaySession:
                 for n in ray.nodes() if n.get("Alive")]
 
     def close(self) -> None:
-        """Stop relaying and leave Ray (shutting down a Ray started here)."""
+        """Stop relaying, leave Ray (shutting down a Ray started here) and remove what the transfer left."""
         import ray
 
         self._closing.set()
-        if ray.is_initialized():
-            ray.shutdown()
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+        finally:
+            self.transfer.close()
 
     def input_ref(self, path: Path, arcname: str) -> Any:
-        """The object holding ``path`` as tar bytes under ``arcname`` (put once, then shared)."""
-        import ray
-
+        """What a task fetches ``path`` from, as a tar under ``arcname`` (sent once, then shared)."""
         with self._lock:
             if arcname not in self._refs:
-                self._refs[arcname] = ray.put(pack(path, arcname))
+                self._refs[arcname] = self.transfer.send_input(path, arcname)
             return self._refs[arcname]
 
     # -- running tasks ----------------------------------------------------------------------------------
@@ -150,11 +158,23 @@ class RaySession:
             self._cancel(task)
 
     def untrack(self, run_id: str) -> dict[str, Any] | None:
-        """Stop routing ``run_id`` after relaying what it sent; returns where its task ran (None if unknown)."""
+        """Stop routing ``run_id`` after relaying what it sent; returns where its task ran (None if unknown), with
+        each attempt's node and a ``retried`` note when Ray started it more than once (:func:`retried_placement`)."""
         self.pump()
         with self._lock:
             self._running.pop(run_id, None)
-            return self._placed.get(run_id)
+            attempts = list(self._attempts.get(run_id, []))
+        return retried_placement(attempts, self._dead_nodes() if len(attempts) > 1 else set())
+
+    @staticmethod
+    def _dead_nodes() -> set[str]:
+        """The ids of the nodes Ray counts as dead (best effort: empty when Ray cannot say)."""
+        import ray
+
+        try:
+            return {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+        except Exception:  # noqa: BLE001 - Ray is closing: the note then says only that the attempt was lost
+            return set()
 
     def wait_until_ended(self, run_id: str, timeout: float = KILL_AFTER_S + 10) -> None:
         """After a cancel: until the task says it has stopped its worker and removed its scratch folder (its
@@ -214,19 +234,49 @@ class RaySession:
             return
         with self._lock:
             progress = self._running.get(run_id, (None, None))[1]
-        if kind == "start":
-            self._placed[run_id] = placed = message[1]
+        if kind == "start":  # once per attempt: Ray starts the task again after a system failure (max_retries)
+            placed = message[1]
+            with self._lock:
+                attempts = self._attempts.setdefault(run_id, [])
+                attempts.append(placed)
+                attempt = len(attempts)
         if progress is None:
             return
         if kind == "start":  # the clock starts on the node, as under the local scheduler (not in Ray's queue)
             progress.started = time.monotonic()
-            progress.note(f"on Ray node {placed['hostname']} ({placed['node_ip']}, node id "
-                          f"{placed['node_id'][:16]})" + (f", GPUs {','.join(placed['gpus'])}" if placed["gpus"]
-                                                          else ""))
+            again = "retrying " if attempt > 1 else ""
+            of = f" (attempt {attempt} of {self.max_retries + 1})" if attempt > 1 else ""
+            progress.note(f"{again}on {node_name(placed)}" + (f", GPUs {','.join(placed['gpus'])}" if placed["gpus"]
+                                                             else "") + of)
         elif kind == "phase":
             progress.last_phase = message[1]
         elif kind == "progress":
             progress.update(message[1], message[2], message[3])
 
 
-__all__ = ["RaySession", "first_sentence", "lost_run", "LOST_TYPES", "WORKER_NICENESS_ENV"]
+def node_name(placed: dict[str, Any]) -> str:
+    """A node as the console and the record name it: ``Ray node HOST (IP, node id FIRST-16-HEX)``."""
+    return f"Ray node {placed['hostname']} ({placed['node_ip']}, node id {placed['node_id'][:16]})"
+
+
+def retried_placement(attempts: list[dict[str, Any]], dead_nodes: set[str]) -> dict[str, Any] | None:
+    """A run's ``placement`` from the placement each attempt of its task relayed as it started: the last one, and
+    when Ray started the task more than once (``scheduler.max_retries``), ``attempts`` (each attempt's node, in
+    order) and ``retried``, a note naming each earlier attempt's node and whether that node died (``dead_nodes``)
+    or only the task's worker process was lost. None when no attempt started."""
+    if not attempts:
+        return None
+    placed = dict(attempts[-1])
+    if len(attempts) == 1:
+        return placed
+    lost = "; ".join(f"attempt {i} on {node_name(a)} was lost "
+                     f"({'its node died' if a['node_id'] in dead_nodes else 'its worker process died'})"
+                     for i, a in enumerate(attempts[:-1], 1))
+    retries = len(attempts) - 1
+    placed["attempts"] = [{k: a[k] for k in ("node_id", "node_ip", "hostname")} for a in attempts]
+    placed["retried"] = f"retried {retries} time{'s' if retries > 1 else ''}: {lost}"
+    return placed
+
+
+__all__ = ["RaySession", "first_sentence", "lost_run", "LOST_TYPES", "node_name", "retried_placement",
+           "WORKER_NICENESS_ENV"]

@@ -1,6 +1,7 @@
-"""Moving run folders between the driver and a Ray node without a shared filesystem: a folder or file as the bytes
-of an uncompressed tar (through Ray's object store), unpacked under a root that keeps the suite folder's relative
-layout; absolute paths in JSON files moved from one root to the other; a run folder replaced atomically.
+"""Moving run folders between the driver and a Ray node without a shared filesystem: a folder or file as an
+uncompressed tar, as bytes (through Ray's object store) or as a file (on a path every node mounts,
+``scheduler.storage``: :mod:`bench.execution.ray_channel`), unpacked under a root that keeps the suite folder's
+relative layout; absolute paths in JSON files moved from one root to the other; a run folder replaced atomically.
 
 Uncompressed because a run's bulk is model weights, which gzip barely shrinks, at CPU seconds per hundred MB.
 Nothing here imports Ray.
@@ -28,11 +29,27 @@ def pack(path: Path, arcname: str) -> bytes:
     return buffer.getvalue()
 
 
-def unpack(data: bytes, root: Path) -> None:
-    """Extract tar bytes made by :func:`pack` under ``root``; members that would land outside it are refused
-    (tarfile's ``data`` filter, where this Python has it)."""
+def pack_file(path: Path, arcname: str, target: Path) -> Path:
+    """:func:`pack`'s tar written to the file ``target`` instead (streamed: a model's weights never sit in memory
+    whole), under a temporary name first and then renamed, so ``target`` is complete or absent; returns it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial-{uuid.uuid4().hex[:8]}")
+    try:
+        with tarfile.open(str(partial), mode="w") as tar:
+            tar.add(str(path), arcname=arcname)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
+
+
+def unpack(data: bytes | Path, root: Path) -> None:
+    """Extract a tar made by :func:`pack` (its bytes) or :func:`pack_file` (its file) under ``root``; members that
+    would land outside it are refused (tarfile's ``data`` filter, where this Python has it)."""
     root.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+    opened = (tarfile.open(str(data), mode="r") if isinstance(data, Path)
+              else tarfile.open(fileobj=io.BytesIO(data), mode="r"))
+    with opened as tar:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(str(root), filter="data")
         else:  # Python before 3.10.12 / 3.11.4: check the names by hand
@@ -69,10 +86,10 @@ def replace_folder(target: Path, incoming: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def receive_run_folder(data: bytes, run_dir: Path, node_root: str, suite_dir: Path) -> None:
-    """The run folder a node sent back (tar bytes of its contents) becomes ``run_dir``, atomically: unpacked into a
-    temporary sibling, the driver's own run.json kept, absolute paths moved from ``node_root`` to ``suite_dir``,
-    then swapped in (:func:`replace_folder`)."""
+def receive_run_folder(data: bytes | Path, run_dir: Path, node_root: str, suite_dir: Path) -> None:
+    """The run folder a node sent back (a tar of its contents: bytes, or a file) becomes ``run_dir``, atomically:
+    unpacked into a temporary sibling, the driver's own run.json kept, absolute paths moved from ``node_root`` to
+    ``suite_dir``, then swapped in (:func:`replace_folder`)."""
     from bench.execution.worker import RUN_FILE
 
     incoming = run_dir.with_name(f".{run_dir.name}.incoming-{uuid.uuid4().hex[:8]}")
@@ -86,4 +103,4 @@ def receive_run_folder(data: bytes, run_dir: Path, node_root: str, suite_dir: Pa
         shutil.rmtree(incoming, ignore_errors=True)
 
 
-__all__ = ["pack", "unpack", "move_paths", "replace_folder", "receive_run_folder"]
+__all__ = ["pack", "pack_file", "unpack", "move_paths", "replace_folder", "receive_run_folder"]
