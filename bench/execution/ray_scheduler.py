@@ -220,7 +220,7 @@ def start_on_ray(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: Path, pro
                                     retry_exceptions=False,
                                     name=f"bench:{run.run_id}")
     session.expect(run.run_id, progress)
-    ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay, session.transfer)
+    ref = task.remote(spec, job, inputs, cpus, forwarded, suite_dir.name, session.relay, transfer=session.transfer)
     session.track(run.run_id, ref)
     try:
         placed, status, launched, node_root, data = ray.get(ref)
