@@ -180,7 +180,7 @@ def probe_storage(folder: Path, storage: str, nodes: list[dict[str, Any]],
             num_cpus=0, max_retries=0, name="bench:storage-probe",
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["node_id"], soft=False)).remote(str(probes), token)
             for node in nodes}
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+        ready, _ = (ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout) if refs else ([], []))
         try:
             for node in nodes:
                 check_node_probe(storage, probes, token, node, refs[node["node_id"]], refs[node["node_id"]] in ready,
