@@ -22,8 +22,8 @@ from bench.execution.plan import make_plan
 from bench.execution.ray_channel import ObjectStoreTransfer, StorageTransfer, make_transfer, storage_problem
 from bench.execution.ray_node import lay_out, node_env, share_of_node
 from bench.execution.processes import Progress
-from bench.execution.ray_scheduler import _lost, check_fits, cluster_device, run_request, stage_inputs
-from bench.execution.ray_session import RaySession, retried_placement
+from bench.execution.ray_scheduler import check_fits, cluster_device, run_request, stage_inputs
+from bench.execution.ray_session import RaySession, lost_run, retried_placement
 from bench.execution.ray_transfer import pack, receive_run_folder, unpack
 from bench.errors import UserError
 
@@ -212,6 +212,7 @@ class _Session:
 
     def __init__(self, placed: dict) -> None:
         self.placed, self.cancelled = placed, []
+        self.transfer = ObjectStoreTransfer()  # tar bytes, as through the object store
 
     def untrack(self, key: str) -> dict:
         return self.placed[key]
@@ -366,10 +367,6 @@ def test_a_storage_folder_carries_inputs_and_run_folders_as_the_object_store_doe
     transfer.close()  # idempotent
 
 
-class NodeDiedError(Exception):
-    """Stands in for ray.exceptions.NodeDiedError (the scheduler reads the type's name)."""
-
-
 def test_a_run_ray_started_again_says_so_on_its_line_in_its_placement_and_when_it_fails() -> None:
     spec = load_spec("cpu-quick", ["scheduler.name=ray", "scheduler.max_retries=2"])
     run = make_plan(spec)[-1]
@@ -397,10 +394,11 @@ def test_a_run_ray_started_again_says_so_on_its_line_in_its_placement_and_when_i
         "process died); attempt 2 on")
     assert retried_placement([], set()) is None
 
-    exhausted = _lost(NodeDiedError("Task failed because the node it was running on is dead. More"), placed)
+    exhausted = lost_run(_error("NodeDiedError")("Task failed because the node it was running on is dead. More"),
+                         placed)
     assert exhausted.lost_type == "RayNodeLost" and exhausted.placed == placed
     assert exhausted.lost == (
         "its Ray task ended on Ray node kept (192.0.2.3, node id bbbbbbbbbbbbbbbb) without sending the run folder "
         "back (NodeDiedError: Task failed because the node it was running on is dead) after 2 attempts (retried 1 "
         "time: attempt 1 on Ray node gone (192.0.2.2, node id aaaaaaaaaaaaaaaa) was lost (its node died))")
-    assert "attempts" not in (_lost(NodeDiedError("x"), first).lost or "")  # attempted once: as before
+    assert "attempts" not in (lost_run(_error("NodeDiedError")("x"), first).lost or "")  # attempted once: as before

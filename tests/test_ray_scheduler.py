@@ -270,13 +270,15 @@ def test_a_run_across_two_machines_takes_a_node_for_each_and_merges_every_machin
     """launcher.num_machines=2 on Ray's two-node test cluster: the engine's GRPO run reserves both nodes (a placement
     group, one bundle per node), each node's task launches its one rank as machine 0 or 1 (accelerate's
     multi-machine launch, gloo over the node's address), and the run's folder holds both machines' rank records,
-    merged into one result that names both nodes."""
+    merged into one result that names both nodes. Its data moves through a storage folder (scheduler.storage),
+    where each machine sends back a tar of its own."""
     from ray.cluster_utils import Cluster
 
     from bench.execution import launch
 
     scratch = [tmp_path / "head-scratch", tmp_path / "other-scratch"]
-    for folder in scratch:
+    storage = tmp_path / "storage"
+    for folder in (*scratch, storage):
         folder.mkdir()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
                                                             "env_vars": {"BENCH_RAY_SCRATCH": str(scratch[0])}})
@@ -286,8 +288,9 @@ def test_a_run_across_two_machines_takes_a_node_for_each_and_merges_every_machin
         out = tmp_path / "suite"
         proc = bench(out, env, *ENGINE_ONLY, "methods.ppo_verifier.enabled=false", "parallel_runs=1", "warm_start.steps=2",
                      "launcher.name=accelerate", "launcher.num_processes=2", "launcher.num_machines=2",
-                     "scheduler.name=ray", f"scheduler.address={cluster.address}")
+                     "scheduler.name=ray", f"scheduler.address={cluster.address}", f"scheduler.storage={storage}")
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert not list(storage.iterdir())
         run_dir = out / "runs" / "grpo_engine-s0"
         ran = result(out, "grpo_engine-s0")
         machines = ran["placement"]["machines"]
