@@ -436,9 +436,9 @@ class SchedulerSpec:
     every node must read a probe file written here and write one this machine reads (one line naming the node
     otherwise)."""
     max_retries: int = 0
-    """With name ray: how many times Ray may start a run's task again after a system failure (its node died, its
-    worker process crashed; never after the run itself failed). 0: such a run is a failed cell and --resume runs it
-    again. A run that was retried says so: its result's placement lists each attempt's node (``attempts``) and a
+    """With name ray: how many times (0 to 100) Ray may start a run's task again after a system failure (its node
+    died, its worker process crashed; never after the run itself failed). 0: such a run is a failed cell and
+    --resume runs it again. A run that was retried says so: its result's placement lists each attempt's node (``attempts``) and a
     ``retried`` note names the node lost; the console says "retrying on Ray node ... (attempt 2 of 3)"."""
 
 
