@@ -54,6 +54,10 @@ class Transfer(Protocol):
     def take_back(self, sent: Any, run_dir: Path, node_root: str, suite_dir: Path) -> None:
         """On the driver: what :meth:`send_back` returned becomes ``run_dir`` (atomically), its tar then dropped."""
 
+    def drop(self, sent: Any) -> None:
+        """On the driver: what :meth:`send_back` returned is no longer needed (read some other way than
+        :meth:`take_back`: the rank records of a run's machine other than machine 0)."""
+
     def close(self) -> None:
         """On the driver, when the suite ends however it ends: remove what the transfer left (idempotent)."""
 
@@ -82,6 +86,9 @@ class ObjectStoreTransfer:
 
     def take_back(self, sent: bytes, run_dir: Path, node_root: str, suite_dir: Path) -> None:
         receive_run_folder(sent, run_dir, node_root, suite_dir)
+
+    def drop(self, sent: bytes) -> None:
+        """Nothing to remove: the bytes are the driver's own."""
 
     def close(self) -> None:
         """Nothing left: the objects go when Ray does."""
@@ -125,6 +132,9 @@ class StorageTransfer:
             receive_run_folder(Path(sent), run_dir, node_root, suite_dir)
         finally:
             Path(sent).unlink(missing_ok=True)
+
+    def drop(self, sent: Path) -> None:
+        Path(sent).unlink(missing_ok=True)
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -131,7 +131,10 @@ def _collect(suite_dir: Path, run: PlannedRun, run_dir: Path, roles: list[Machin
     session.transfer.take_back(data, run_dir, node_root, suite_dir)
     for k in range(1, len(roles)):  # each machine's folder: tar bytes, or a tar file on scheduler.storage
         other_status = outcomes[k][1]
-        _add_machine_records(outcomes[k][4], run_dir, k)
+        try:
+            _add_machine_records(outcomes[k][4], run_dir, k)
+        finally:
+            session.transfer.drop(outcomes[k][4])
         if status == 0 and other_status != 0:
             status = other_status
     merge_rank_files(run_dir)
