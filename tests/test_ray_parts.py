@@ -130,6 +130,29 @@ def test_the_worker_on_a_node_gets_the_nodes_environment_without_rays(monkeypatc
     assert node_env({"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"  # the driver's own setting travels
 
 
+def test_a_scratch_folder_whose_task_is_gone_is_removed_by_the_next_task(tmp_path: Path) -> None:
+    """A task killed with no chance to clean up (a second Ctrl-C shuts Ray down under it) leaves its scratch folder;
+    the next task on the node removes it. A folder whose task still runs, or that has no owner record yet (being
+    made), stays."""
+    import subprocess
+    import sys as system
+
+    from bench.execution.ray_node import OWNER_FILE, claim_scratch, sweep_stale_scratch
+
+    live, gone, unclaimed = (tmp_path / f"bench-ray-{name}" for name in ("live", "gone", "new"))
+    for folder in (live, gone, unclaimed):
+        folder.mkdir()
+    claim_scratch(live)  # this process: running
+    ended = subprocess.run([system.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (gone / OWNER_FILE).write_text(json.dumps({"pid": int(ended.stdout), "started": 1.0}))
+    (gone / "model.safetensors").write_bytes(b"weights")
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    (other / OWNER_FILE).write_text(json.dumps({"pid": int(ended.stdout), "started": 1.0}))
+    assert sweep_stale_scratch(tmp_path) == [gone]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench-ray-live", "bench-ray-new", "not-ours"]
+
+
 def test_the_warm_start_sends_its_model_and_its_scores_only(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     inputs = {"init_model_dir": str(suite / "runs/warm_start/model"), "warm_start_dir": str(suite / "runs/warm_start"),

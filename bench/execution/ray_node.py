@@ -36,6 +36,10 @@ Point it at a local disk with room for a run's stage inputs and outputs (model w
 RAY_WORKER_ENV = ("OMP_NUM_THREADS", "PYTHONBREAKPOINT", "SPT_NOENV")
 """Variables Ray sets in a task's process that a worker started by the local scheduler does not have (besides
 RAY_*); an OMP_NUM_THREADS set on the driver is forwarded (bench.execution.ray_scheduler.FORWARDED_ENV)."""
+SCRATCH_PREFIX = "bench-ray-"
+"""How a run's scratch folder on a node is named (``tempfile.mkdtemp``'s prefix)."""
+OWNER_FILE = ".bench-owner.json"
+"""In a scratch folder: the task process that made it (pid and start time), so a later task can tell it is gone."""
 POLL_S = 0.5
 """Seconds between the task's looks at its worker: how soon a cancel is noticed."""
 
@@ -168,7 +172,10 @@ def run_on_node(spec: Any, job: dict[str, Any], inputs: list[tuple[str, str, Any
     transfer = transfer or ObjectStoreTransfer()
     placed = node_placement(spec.device, cpus, share_of_node(spec.threads, cpus, job.get("parallel_runs")))
     yield ("start", placed)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-ray-", dir=os.environ.get(SCRATCH_ENV) or None))
+    parent = Path(os.environ.get(SCRATCH_ENV) or tempfile.gettempdir())
+    sweep_stale_scratch(parent)
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
+    claim_scratch(scratch)
     root = scratch / suite_name
     try:
         fetched = [(key, relative, transfer.fetch_input(ref)) for key, relative, ref in inputs]
@@ -181,6 +188,45 @@ def run_on_node(spec: Any, job: dict[str, Any], inputs: list[tuple[str, str, Any
         yield ("done", outcome["status"], outcome["launched"], str(root), sent)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def claim_scratch(scratch: Path) -> None:
+    """Mark ``scratch`` with this process (its pid and start time: a pid alone may be reused after it ends)."""
+    import psutil
+
+    me = psutil.Process()
+    (scratch / OWNER_FILE).write_text(json.dumps({"pid": me.pid, "started": me.create_time()}), encoding="utf-8")
+
+
+def sweep_stale_scratch(parent: Path) -> list[Path]:
+    """Remove the scratch folders under ``parent`` whose task process is gone: a task stopped with no chance to clean
+    up (a second Ctrl-C on the driver shuts Ray down under it; a node whose raylet died and came back) leaves its
+    folder, with a run's inputs and model weights, behind. A folder without a readable owner record is left alone:
+    it may be one being made right now. Returns what was removed."""
+    removed = []
+    for folder in parent.glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            owner = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
+            pid, started = int(owner["pid"]), float(owner["started"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not _running(pid, started):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _running(pid: int, started: float) -> bool:
+    """Whether process ``pid`` is the one that started at ``started`` and has not ended."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return abs(process.create_time() - started) < 1.0 and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:  # another user's process: there, and not ours to judge
+        return True
 
 
 def _run_worker(spec: Any, job: dict[str, Any], run_dir: Path, env: dict[str, str], gpus: tuple[str, ...],
@@ -238,4 +284,4 @@ def _drain(messages: queue.Queue) -> Iterator[tuple]:
         yield latest
 
 
-__all__ = ["run_task", "relay_key", "Relay", "run_on_node", "node_placement", "share_of_node", "lay_out", "node_env", "SCRATCH_ENV", "NodeProgress"]
+__all__ = ["run_task", "relay_key", "Relay", "run_on_node", "node_placement", "share_of_node", "lay_out", "node_env", "SCRATCH_ENV", "sweep_stale_scratch", "claim_scratch", "NodeProgress"]
