@@ -420,7 +420,8 @@ class SchedulerSpec:
     run is one Ray task that starts the same worker process on the node Ray picks, the stage outputs it reads sent
     to that node and its run folder sent back (no shared filesystem needed). The plan, the stage order and --resume
     are the same under both. A run asks Ray for ``threads`` CPUs (1 when threads is 0) and, on a GPU,
-    launcher.num_processes GPUs (1 without a launcher; 0 on a cpu spec). Needs the ray extra
+    launcher.num_processes GPUs (1 without a launcher; 0 on a cpu spec); a run across machines
+    (launcher.num_machines M) is M tasks on M nodes, each asking for num_processes / M GPUs. Needs the ray extra
     (``./run_all.sh --with-ray``)."""
     address: str | None = None
     """With name ray: null starts a Ray instance on this machine for the suite and shuts it down at the end; auto

@@ -12,7 +12,8 @@ died, its worker process crashed) is a failed cell naming the node, which ``--re
 ``scheduler.max_retries`` N > 0 Ray starts it again up to N times first (never after the run itself failed:
 ``retry_exceptions=False``), and a run that took more than one attempt says so in its placement. A stop request
 cancels every pending and running task (the task stops its worker as the local scheduler would) before Ray is shut
-down.
+down. A run across machines (``launcher.num_machines`` > 1) is started by :mod:`bench.execution.ray_machines`: its
+nodes reserved together, one task per machine.
 """
 
 from __future__ import annotations
