@@ -400,7 +400,10 @@ stamp_ok() {
   [ -f "$stamp" ] && [ -x "$venv/bin/bench" ] || return 1
   local content; content="$(cat "$stamp")"
   [ "${content%% *}" = "$(setup_hash)" ] || return 1
-  [ "$with_ray" = 0 ] || [[ " $content " == *" ray "* ]] || return 1
+  # Ray asked for: the stamp says it was installed, and it is still there (a `pip uninstall ray` since would otherwise
+  # leave --test skipping every Ray test, or a Ray suite stopping at its preflight)
+  [ "$with_ray" = 0 ] || { [[ " $content " == *" ray "* ]] && "$venv/bin/python" -c \
+    'import importlib.util, sys; sys.exit(importlib.util.find_spec("ray") is None)' 2>/dev/null; } || return 1
   [ "$with_vllm" = 0 ] && return 0
   [[ " $content " == *" vllm "* ]] && return 0
   # "no-vllm" does for the default, not where vLLM is now asked for (--with-vllm, or BENCH_VLLM_INDEX names a build).
