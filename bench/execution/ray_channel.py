@@ -28,8 +28,9 @@ from bench.execution.ray_transfer import pack, pack_file, receive_run_folder
 STORAGE_PROBE_TIMEOUT_S = 60.0
 """Seconds every node has to run the storage probe, so that a node that never schedules a task stops the suite
 with a line naming it instead of hanging it."""
-STORAGE_FIX = ("mount the same path on every node, or set scheduler.storage=null to move data through Ray's "
-               "object store")
+OBJECT_STORE_FIX = "set scheduler.storage=null to move data through Ray's object store"
+"""The way out of every storage problem: no storage."""
+STORAGE_FIX = f"mount the same path on every node, or {OBJECT_STORE_FIX}"
 """What a user does about a storage path that a node does not share."""
 
 
@@ -154,15 +155,14 @@ def storage_problem(storage: str | None) -> str | None:
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
         return (f"'scheduler.storage' {storage!r} {what} on this machine; create it on a filesystem every Ray node "
-                f"mounts at the same path, or set scheduler.storage=null to move data through Ray's object store")
+                f"mounts at the same path, or {OBJECT_STORE_FIX}")
     probe = path / f".bench-write-check-{uuid.uuid4().hex[:8]}"
     try:
         probe.write_text("ok", encoding="utf-8")
         probe.unlink()
     except OSError as exc:
         return (f"'scheduler.storage' {storage!r} is not writable here ({type(exc).__name__}: "
-                f"{exc.strerror or exc}); fix its permissions or choose another folder, or set "
-                f"scheduler.storage=null to move data through Ray's object store")
+                f"{exc.strerror or exc}); fix its permissions or choose another folder, or {OBJECT_STORE_FIX}")
     return None
 
 
@@ -227,14 +227,12 @@ def check_node_probe(storage: str, probes: Path, token: str, node: dict[str, Any
     where = f"Ray node {node['node_ip']} (node id {node['node_id'][:16]})"
     if not answered:
         raise UserError(f"scheduler.storage {storage!r} could not be checked on {where}: its probe task did not run "
-                        f"within {timeout:g} s; check the node (`ray status`), or set scheduler.storage=null to move "
-                        f"data through Ray's object store")
+                        f"within {timeout:g} s; check the node (`ray status`), or {OBJECT_STORE_FIX}")
     try:
         answer = ray.get(ref)
     except Exception as exc:  # noqa: BLE001 - the node died, or Ray refused the task: one line naming the node
         raise UserError(f"scheduler.storage {storage!r} could not be checked on {where}: its probe task failed "
-                        f"({type(exc).__name__}); check the node (`ray status`), or set scheduler.storage=null to "
-                        f"move data through Ray's object store") from None
+                        f"({type(exc).__name__}); check the node (`ray status`), or {OBJECT_STORE_FIX}") from None
     where = f"Ray node {answer['hostname']} ({answer['node_ip']})"
     if answer["problem"]:
         raise UserError(f"scheduler.storage {storage!r} is not shared with {where}: it could not {answer['problem']}; "

@@ -56,11 +56,11 @@ def start_across_machines(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: 
     """Reserve the run's machines, start one task on each, and make their folders the run's (see the module's
     docstring). ``request``: (CPUs, GPUs) of each machine; ``task_args``: (run.json, stage inputs, forwarded
     environment), what every machine's task gets besides its role."""
-    job, inputs, forwarded = task_args
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    job, inputs, forwarded = task_args
     machines = spec.launcher.num_machines
     cpus, gpus = request
     bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
@@ -96,8 +96,8 @@ def start_across_machines(spec: Any, suite_dir: Path, run: PlannedRun, run_dir: 
         remove_placement_group(group)
 
 
-def _collect(suite_dir: Path, run: PlannedRun, run_dir: Path, roles: list[MachineRole], refs: list[Any], stopper: Stopper,
-             session: RaySession) -> Started:
+def _collect(suite_dir: Path, run: PlannedRun, run_dir: Path, roles: list[MachineRole], refs: list[Any],
+             stopper: Stopper, session: RaySession) -> Started:
     """Wait for every machine's task; the first one Ray loses cancels the others and fails the run, naming its
     node; when all came back, machine 0's folder becomes the run's and the others' rank records join it."""
     import ray
