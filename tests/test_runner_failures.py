@@ -414,3 +414,28 @@ def test_a_phase_line_is_printed_when_a_different_phase_opens(capsys: pytest.Cap
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(PHASE_PREFIX)]
     assert lines == [PHASE_PREFIX + name for name in ("generation", "reference", "update")]
     assert set(telemetry.summary()["phases"]) >= {"generation", "reference", "update"}  # the phases still count
+
+
+def test_a_stop_that_lands_in_an_import_is_still_recorded_as_interrupted() -> None:
+    """Seen in a whole-suite run: SIGTERM arrived while TRL was importing; Python wrapped the worker's Interrupted
+    in a RuntimeError (raised in a class's __set_name__) and transformers' lazy module turned that into a
+    ModuleNotFoundError, which the run recorded as its failure instead of the stop."""
+    from bench.execution.run_failure import failure_record
+    from bench.execution.worker_signals import Interrupted
+
+    def import_trl() -> None:
+        try:
+            try:
+                raise Interrupted("SIGTERM")
+            except Interrupted as stop:
+                raise RuntimeError("Error calling __set_name__ on 'Field' instance 'num_virtual_tokens'") from stop
+        except RuntimeError:
+            raise ModuleNotFoundError("Could not import module 'TrainerCallback'. Are this object's requirements "
+                                      "defined correctly?")  # implicit chaining: __context__, as transformers does
+
+    with pytest.raises(ModuleNotFoundError) as caught:
+        import_trl()
+    record = failure_record(caught.value, None)
+    assert record["type"] == "Interrupted", record
+    assert "(the worker received SIGTERM)" in record["message"] and "--resume" in record["message"]
+    assert failure_record(ModuleNotFoundError("No module named 'trl'"), None)["type"] == "ModuleNotFoundError"

@@ -20,10 +20,11 @@ def failure_record(exc: BaseException, telemetry: Any, phase: str | None = None)
     """result["error"] for ``exc``: its type (``Interrupted`` for a stop request, OUT_OF_MEMORY for any
     out-of-memory error, whose class goes to ``exception``), a one-line, capped message, the memory reading and
     the phase the run was in (:func:`failure_phase`; None when unknown)."""
-    interrupted = isinstance(exc, (Interrupted, KeyboardInterrupt))
+    stop = stop_request(exc)
+    interrupted = stop is not None
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    if interrupted:
-        text = interruption_message(exc)
+    if stop is not None:
+        text = interruption_message(stop)
     kind = "Interrupted" if interrupted else OUT_OF_MEMORY if is_out_of_memory(exc) else type(exc).__name__
     record = {
         "type": kind,
@@ -34,6 +35,21 @@ def failure_record(exc: BaseException, telemetry: Any, phase: str | None = None)
     if kind == OUT_OF_MEMORY:
         record["exception"] = type(exc).__name__
     return record
+
+
+def stop_request(exc: BaseException) -> BaseException | None:
+    """The stop request (Interrupted, KeyboardInterrupt) that ``exc`` is or that it was raised from, else None.
+    A stop that lands inside an import can come out as another error: Python wraps it in a RuntimeError when it
+    arrives in a class's ``__set_name__``, and transformers' lazy modules turn that into a ModuleNotFoundError
+    ("Could not import module 'TrainerCallback'"); the chain (``__cause__``, ``__context__``) still holds it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (Interrupted, KeyboardInterrupt)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
